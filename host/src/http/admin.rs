@@ -1,0 +1,219 @@
+//! The operator API (`/admin/v1`): stores, plugins, installations.
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{delete, get, post};
+use serde::Deserialize;
+use utoipa::ToSchema;
+
+use super::AppState;
+use super::extract::{Json, Query, path_id};
+use super::middleware::ErrorResponse;
+use crate::error::Result;
+use crate::ids::{InstallationId, StoreId};
+use crate::service::pagination::{Page, PageParams, PageRequest};
+use crate::service::plugins::{Manifest, Plugin};
+use crate::service::ratelimit::RateLimits;
+use crate::service::stores::{Installation, NewInstallation, Store};
+
+/// The operator routes (behind the admin token).
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/stores", post(create_store).get(list_stores))
+        .route("/stores/{store_id}", get(get_store).patch(update_store))
+        .route("/plugins", post(publish_plugin).get(list_plugins))
+        .route("/plugins/{name}", get(get_plugin))
+        .route(
+            "/stores/{store_id}/installations",
+            post(install).get(list_installations),
+        )
+        .route(
+            "/stores/{store_id}/installations/{id}",
+            delete(uninstall).get(get_installation),
+        )
+}
+
+/// Body of `POST /admin/v1/stores`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateStore {
+    /// The store's domain, e.g. `acme.example`; unique on this host.
+    pub domain: String,
+}
+
+/// Body of `PATCH /admin/v1/stores/{store_id}`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateStore {
+    /// New inbound rate limits; fields left out take the defaults (60/s, burst 120, 600/min).
+    pub rate_limits: Option<RateLimits>,
+}
+
+/// Body of `POST /admin/v1/plugins`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PublishPlugin {
+    /// The plugin's manifest.
+    pub manifest: Manifest,
+}
+
+/// Body of `POST /admin/v1/stores/{store_id}/installations`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InstallPlugin {
+    /// Name of a published plugin; its current version is installed.
+    pub plugin: String,
+}
+
+/// Create a store.
+#[utoipa::path(post, path = "/admin/v1/stores", tag = "operator", request_body = CreateStore,
+    security(("admin_token" = [])),
+    responses((status = 201, body = Store), (status = 400, body = ErrorResponse),
+        (status = 401, body = ErrorResponse), (status = 409, description = "domain taken", body = ErrorResponse)))]
+pub async fn create_store(
+    State(app): State<AppState>,
+    Json(body): Json<CreateStore>,
+) -> Result<(StatusCode, axum::Json<Store>)> {
+    let store = app.service.create_store(&body.domain)?;
+    Ok((StatusCode::CREATED, axum::Json(store)))
+}
+
+/// List stores, oldest first.
+#[utoipa::path(get, path = "/admin/v1/stores", tag = "operator", params(PageParams),
+    security(("admin_token" = [])),
+    responses((status = 200, body = Page<Store>), (status = 400, body = ErrorResponse), (status = 401, body = ErrorResponse)))]
+pub async fn list_stores(
+    State(app): State<AppState>,
+    Query(params): Query<PageParams>,
+) -> Result<axum::Json<Page<Store>>> {
+    let page = PageRequest::parse(&params)?;
+    Ok(axum::Json(app.service.list_stores(&page)?))
+}
+
+/// Get a store.
+#[utoipa::path(get, path = "/admin/v1/stores/{store_id}", tag = "operator",
+    params(("store_id" = String, Path, description = "Store id")), security(("admin_token" = [])),
+    responses((status = 200, body = Store), (status = 401, body = ErrorResponse), (status = 404, body = ErrorResponse)))]
+pub async fn get_store(
+    State(app): State<AppState>,
+    Path(store_id): Path<String>,
+) -> Result<axum::Json<Store>> {
+    let id: StoreId = path_id("store", &store_id)?;
+    Ok(axum::Json(app.service.store(&id)?))
+}
+
+/// Change a store's settings (its rate limits).
+#[utoipa::path(patch, path = "/admin/v1/stores/{store_id}", tag = "operator", request_body = UpdateStore,
+    params(("store_id" = String, Path, description = "Store id")), security(("admin_token" = [])),
+    responses((status = 200, body = Store), (status = 400, body = ErrorResponse),
+        (status = 401, body = ErrorResponse), (status = 404, body = ErrorResponse)))]
+pub async fn update_store(
+    State(app): State<AppState>,
+    Path(store_id): Path<String>,
+    Json(body): Json<UpdateStore>,
+) -> Result<axum::Json<Store>> {
+    let id: StoreId = path_id("store", &store_id)?;
+    let store = match body.rate_limits {
+        Some(limits) => app.service.set_rate_limits(&id, limits)?,
+        None => app.service.store(&id)?,
+    };
+    Ok(axum::Json(store))
+}
+
+/// Publish a plugin (or a new version of one) from its manifest.
+#[utoipa::path(post, path = "/admin/v1/plugins", tag = "operator", request_body = PublishPlugin,
+    security(("admin_token" = [])),
+    responses((status = 201, body = Plugin), (status = 400, body = ErrorResponse),
+        (status = 401, body = ErrorResponse), (status = 409, description = "version not newer", body = ErrorResponse)))]
+pub async fn publish_plugin(
+    State(app): State<AppState>,
+    Json(body): Json<PublishPlugin>,
+) -> Result<(StatusCode, axum::Json<Plugin>)> {
+    let plugin = app.service.publish_plugin(body.manifest)?;
+    Ok((StatusCode::CREATED, axum::Json(plugin)))
+}
+
+/// List published plugins, by name.
+#[utoipa::path(get, path = "/admin/v1/plugins", tag = "operator", params(PageParams),
+    security(("admin_token" = [])),
+    responses((status = 200, body = Page<Plugin>), (status = 400, body = ErrorResponse), (status = 401, body = ErrorResponse)))]
+pub async fn list_plugins(
+    State(app): State<AppState>,
+    Query(params): Query<PageParams>,
+) -> Result<axum::Json<Page<Plugin>>> {
+    let page = PageRequest::parse(&params)?;
+    Ok(axum::Json(app.service.list_plugins(&page)?))
+}
+
+/// Get a published plugin.
+#[utoipa::path(get, path = "/admin/v1/plugins/{name}", tag = "operator",
+    params(("name" = String, Path, description = "Plugin name")), security(("admin_token" = [])),
+    responses((status = 200, body = Plugin), (status = 401, body = ErrorResponse), (status = 404, body = ErrorResponse)))]
+pub async fn get_plugin(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<axum::Json<Plugin>> {
+    Ok(axum::Json(app.service.plugin(&name)?))
+}
+
+/// Install a plugin into a store. The response carries the project token, shown only this once.
+#[utoipa::path(post, path = "/admin/v1/stores/{store_id}/installations", tag = "operator",
+    request_body = InstallPlugin, params(("store_id" = String, Path, description = "Store id")),
+    security(("admin_token" = [])),
+    responses((status = 201, body = NewInstallation), (status = 400, body = ErrorResponse),
+        (status = 401, body = ErrorResponse), (status = 404, body = ErrorResponse),
+        (status = 409, description = "already installed", body = ErrorResponse)))]
+pub async fn install(
+    State(app): State<AppState>,
+    Path(store_id): Path<String>,
+    Json(body): Json<InstallPlugin>,
+) -> Result<(StatusCode, axum::Json<NewInstallation>)> {
+    let id: StoreId = path_id("store", &store_id)?;
+    let installed = app.service.install(&id, &body.plugin)?;
+    Ok((StatusCode::CREATED, axum::Json(installed)))
+}
+
+/// List a store's installations (active and uninstalled), oldest first.
+#[utoipa::path(get, path = "/admin/v1/stores/{store_id}/installations", tag = "operator",
+    params(("store_id" = String, Path, description = "Store id"), PageParams), security(("admin_token" = [])),
+    responses((status = 200, body = Page<Installation>), (status = 400, body = ErrorResponse),
+        (status = 401, body = ErrorResponse), (status = 404, body = ErrorResponse)))]
+pub async fn list_installations(
+    State(app): State<AppState>,
+    Path(store_id): Path<String>,
+    Query(params): Query<PageParams>,
+) -> Result<axum::Json<Page<Installation>>> {
+    let id: StoreId = path_id("store", &store_id)?;
+    let page = PageRequest::parse(&params)?;
+    Ok(axum::Json(app.service.list_installations(&id, &page)?))
+}
+
+/// Get an installation.
+#[utoipa::path(get, path = "/admin/v1/stores/{store_id}/installations/{id}", tag = "operator",
+    params(("store_id" = String, Path, description = "Store id"), ("id" = String, Path, description = "Installation id")),
+    security(("admin_token" = [])),
+    responses((status = 200, body = Installation), (status = 401, body = ErrorResponse), (status = 404, body = ErrorResponse)))]
+pub async fn get_installation(
+    State(app): State<AppState>,
+    Path((store_id, id)): Path<(String, String)>,
+) -> Result<axum::Json<Installation>> {
+    let store: StoreId = path_id("store", &store_id)?;
+    let id: InstallationId = path_id("installation", &id)?;
+    Ok(axum::Json(app.service.installation(&store, &id)?))
+}
+
+/// Uninstall: the token is revoked at once and `plugin.uninstalled` fires.
+#[utoipa::path(delete, path = "/admin/v1/stores/{store_id}/installations/{id}", tag = "operator",
+    params(("store_id" = String, Path, description = "Store id"), ("id" = String, Path, description = "Installation id")),
+    security(("admin_token" = [])),
+    responses((status = 204, description = "uninstalled"), (status = 401, body = ErrorResponse), (status = 404, body = ErrorResponse)))]
+pub async fn uninstall(
+    State(app): State<AppState>,
+    Path((store_id, id)): Path<(String, String)>,
+) -> Result<StatusCode> {
+    let store: StoreId = path_id("store", &store_id)?;
+    let id: InstallationId = path_id("installation", &id)?;
+    app.service.uninstall(&store, &id)?;
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,200 @@
+//! Request-wide layers: the request id and the error body, `/v1` authentication with the rate
+//! limit, and operator authentication.
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::AppState;
+use crate::error::{Error, ErrorBody};
+use crate::ids::{RequestId, StoreId};
+use crate::service::ratelimit::RateStatus;
+
+/// `X-Request-Id`: the id of every request, also in every error body.
+pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+/// `X-Service-Store`: optional; when sent it must name the token's store.
+pub const SERVICE_STORE: HeaderName = HeaderName::from_static("x-service-store");
+/// `X-RateLimit-Remaining`: requests the store can still make right now.
+pub const RATE_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+/// `X-RateLimit-Reset`: seconds until the current minute window of the rate limit ends.
+pub const RATE_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+
+/// The error object, as every error response carries it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorResponse {
+    /// The error.
+    pub error: ErrorObject,
+}
+
+/// The fields of an error.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorObject {
+    /// Machine code, stable across releases (`validation_failed`, `missing_scope`, …).
+    #[schema(example = "validation_failed")]
+    pub code: String,
+    /// Human text.
+    pub message: String,
+    /// Path of the offending input field, when one applies (`variants[1].price`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(example = "variants[1].price")]
+    pub field: Option<String>,
+    /// The request's id (`req_…`), also in the `X-Request-Id` header.
+    pub request_id: RequestId,
+}
+
+/// Gives every request an id, and writes the body of every error response with it: ours (left
+/// as an [`ErrorBody`] extension) and axum's own (an empty 405, say) alike.
+pub async fn request_context(
+    State(app): State<AppState>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let request_id = RequestId::generate(app.service.now());
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    req.extensions_mut().insert(request_id.clone());
+    let mut response = next.run(req).await;
+    let status = response.status();
+    if status.is_client_error() || status.is_server_error() {
+        let body = match response.extensions_mut().remove::<ErrorBody>() {
+            Some(body) => body,
+            None => fallback_body(status, &method, &path),
+        };
+        if let Some(internal) = &body.internal {
+            tracing::error!(%request_id, %method, path, error = internal, "internal error");
+        }
+        let mut rendered = (
+            status,
+            axum::Json(ErrorResponse {
+                error: ErrorObject {
+                    code: body.code,
+                    message: body.message,
+                    field: body.field,
+                    request_id: request_id.clone(),
+                },
+            }),
+        )
+            .into_response();
+        // Keep the headers of the original response (Retry-After, rate limit, Allow).
+        for (name, value) in response.headers() {
+            if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+                rendered.headers_mut().insert(name.clone(), value.clone());
+            }
+        }
+        response = rendered;
+    }
+    if let Ok(v) = HeaderValue::from_str(request_id.as_str()) {
+        response.headers_mut().insert(REQUEST_ID, v);
+    }
+    response
+}
+
+/// The error body for a response that axum or a layer produced without one.
+fn fallback_body(status: StatusCode, method: &axum::http::Method, path: &str) -> ErrorBody {
+    let error = match status {
+        StatusCode::METHOD_NOT_ALLOWED => Error::MethodNotAllowed(method.to_string()),
+        StatusCode::NOT_FOUND => Error::NoRoute(path.to_owned()),
+        StatusCode::PAYLOAD_TOO_LARGE => Error::PayloadTooLarge {
+            limit: super::MAX_BODY_BYTES,
+        },
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => Error::UnsupportedMediaType,
+        s if s.is_server_error() => Error::Internal(anyhow::anyhow!("{s} from a layer")),
+        s => Error::BadRequest {
+            code: "bad_request",
+            message: s.canonical_reason().unwrap_or("bad request").to_owned(),
+            field: None,
+        },
+    };
+    let mut body = error.body();
+    if status.is_client_error() && body.code == "bad_request" {
+        body.code = status.as_str().to_owned();
+    }
+    body
+}
+
+/// The bearer token of a request: missing or malformed is 401.
+pub fn bearer(headers: &HeaderMap) -> Result<&str, Error> {
+    let value = headers.get(header::AUTHORIZATION).ok_or_else(|| {
+        Error::Unauthorized("missing `Authorization: Bearer <token>` header".into())
+    })?;
+    let value = value
+        .to_str()
+        .map_err(|_| Error::Unauthorized("malformed Authorization header".into()))?;
+    match value.split_once(' ') {
+        Some((scheme, token))
+            if scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty() =>
+        {
+            Ok(token.trim())
+        }
+        _ => Err(Error::Unauthorized(
+            "malformed Authorization header: expected `Bearer <token>`".into(),
+        )),
+    }
+}
+
+fn set_rate_headers(response: &mut Response, status: RateStatus) {
+    let headers = response.headers_mut();
+    headers.insert(RATE_REMAINING, HeaderValue::from(status.remaining));
+    headers.insert(RATE_RESET, HeaderValue::from(status.reset_secs));
+}
+
+/// `/v1` authentication: the project token becomes the request's [`crate::service::Actor`], the
+/// optional `X-Service-Store` header is checked, and the call is counted against the store's rate
+/// limit. Every response that reaches a store carries the `X-RateLimit-*` headers.
+pub async fn v1_auth(State(app): State<AppState>, mut req: Request, next: Next) -> Response {
+    let actor = match bearer(req.headers()).and_then(|t| app.service.authenticate(t)) {
+        Ok(actor) => actor,
+        Err(e) => return e.into_response(),
+    };
+    let status = match app.service.admit(&actor) {
+        Ok(status) => status,
+        Err((e, status)) => {
+            let mut response = e.into_response();
+            set_rate_headers(&mut response, status);
+            return response;
+        }
+    };
+    let mut response = match check_store_header(req.headers(), actor.store_id()) {
+        Ok(()) => {
+            req.extensions_mut().insert(actor);
+            next.run(req).await
+        }
+        Err(e) => e.into_response(),
+    };
+    set_rate_headers(&mut response, status);
+    response
+}
+
+/// `X-Service-Store` is optional. When sent, a value that is not a store id is 400 and a store
+/// other than the token's is 403 `store_mismatch`: a token never reaches another store.
+fn check_store_header(headers: &HeaderMap, store: &StoreId) -> Result<(), Error> {
+    let Some(value) = headers.get(SERVICE_STORE) else {
+        return Ok(());
+    };
+    let field = || Some("X-Service-Store".to_owned());
+    let claimed: StoreId = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| Error::invalid("X-Service-Store", "must be a store id (`store_…`)"))?;
+    if &claimed == store {
+        Ok(())
+    } else {
+        Err(Error::Forbidden {
+            code: "store_mismatch",
+            message: format!("the token belongs to another store than `{claimed}`"),
+            field: field(),
+        })
+    }
+}
+
+/// Operator authentication for `/admin/v1`.
+pub async fn admin_auth(State(app): State<AppState>, req: Request, next: Next) -> Response {
+    match bearer(req.headers()).and_then(|t| app.service.check_admin(t)) {
+        Ok(()) => next.run(req).await,
+        Err(e) => e.into_response(),
+    }
+}

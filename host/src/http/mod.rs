@@ -1,0 +1,51 @@
+//! The HTTP adapter: the route table, extractors and layers. Handlers translate, call the service
+//! layer and translate back; no rule lives here.
+
+pub mod admin;
+pub mod extract;
+pub mod middleware;
+pub mod openapi;
+pub mod v1;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::get;
+
+use crate::error::Error;
+use crate::service::Service;
+
+/// The largest request body accepted, in bytes (plugin uploads included).
+pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+
+/// What every handler can reach.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    /// The service layer.
+    pub service: Service,
+}
+
+/// The whole route table.
+pub fn router(state: AppState) -> Router {
+    let v1 = Router::new()
+        .merge(v1::router())
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            middleware::v1_auth,
+        ))
+        .route("/openapi.json", get(openapi::serve));
+    let admin = admin::router().route_layer(axum::middleware::from_fn_with_state(
+        state.clone(),
+        middleware::admin_auth,
+    ));
+    Router::new()
+        .nest("/v1", v1)
+        .nest("/admin/v1", admin)
+        .route("/healthz", get(|| async { "ok" }))
+        .fallback(|uri: axum::http::Uri| async move { Error::NoRoute(uri.path().to_owned()) })
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            middleware::request_context,
+        ))
+        .with_state(state)
+}

@@ -1,0 +1,51 @@
+//! The OpenAPI 3.1 document, generated from the handlers and types, served at `/v1/openapi.json`.
+
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+use super::{admin, middleware, v1};
+
+/// The API description.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "commerce-host",
+        description = "Plugin platform API: inbound commerce REST, webhooks, notifications, and the operator API.\n\n\
+Every error is `{\"error\": {\"code\", \"message\", \"field\", \"request_id\"}}`. Lists are cursor-paginated \
+(`limit` 1..250, default 50). `/v1` calls carry `Authorization: Bearer <project token>`; `X-Service-Store` is optional \
+and, when sent, must name the token's store (400 if malformed, 403 `store_mismatch` otherwise). Every authenticated \
+`/v1` response carries `X-RateLimit-Remaining` (requests the store can still make right now) and `X-RateLimit-Reset` \
+(seconds until the current minute window ends); a 429 carries `Retry-After` in seconds."
+    ),
+    paths(
+        v1::current_installation,
+        admin::create_store, admin::list_stores, admin::get_store, admin::update_store,
+        admin::publish_plugin, admin::list_plugins, admin::get_plugin,
+        admin::install, admin::list_installations, admin::get_installation, admin::uninstall,
+    ),
+    components(schemas(middleware::ErrorResponse, middleware::ErrorObject,
+        crate::service::events::Event, crate::service::scopes::EventType)),
+    modifiers(&Security),
+    tags(
+        (name = "installation", description = "The calling installation"),
+        (name = "operator", description = "Operator API, behind the admin token"),
+    )
+)]
+pub struct ApiDoc;
+
+struct Security;
+
+impl Modify for Security {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        let bearer =
+            || SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build());
+        components.add_security_scheme("project_token", bearer());
+        components.add_security_scheme("admin_token", bearer());
+    }
+}
+
+/// `GET /v1/openapi.json` (no token needed).
+pub async fn serve() -> axum::Json<utoipa::openapi::OpenApi> {
+    axum::Json(ApiDoc::openapi())
+}

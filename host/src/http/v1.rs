@@ -1,0 +1,47 @@
+//! `/v1` routes that are about the caller itself.
+
+use axum::Router;
+use axum::routing::get;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::AppState;
+use super::extract::Caller;
+use super::middleware::ErrorResponse;
+use crate::error::Result;
+use crate::ids::InstallationId;
+use crate::service::Scope;
+use crate::service::events::StoreRef;
+
+/// Routes about the calling installation.
+pub fn router() -> Router<AppState> {
+    Router::new().route("/installation", get(current_installation))
+}
+
+/// The installation a project token belongs to.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CurrentInstallation {
+    /// Installation id (`inst_…`).
+    pub id: InstallationId,
+    /// The store that installed the plugin.
+    pub store: StoreRef,
+    /// The plugin's name.
+    pub plugin: String,
+    /// The scopes the token carries.
+    pub scopes: Vec<Scope>,
+}
+
+/// Who am I: the token's installation, store and scopes. Needs no scope.
+#[utoipa::path(get, path = "/v1/installation", tag = "installation", security(("project_token" = [])),
+    responses((status = 200, body = CurrentInstallation), (status = 401, body = ErrorResponse),
+        (status = 403, body = ErrorResponse), (status = 429, body = ErrorResponse)))]
+pub async fn current_installation(
+    Caller(actor): Caller,
+) -> Result<axum::Json<CurrentInstallation>> {
+    Ok(axum::Json(CurrentInstallation {
+        id: actor.installation,
+        store: actor.store,
+        plugin: actor.plugin,
+        scopes: actor.scopes.into_iter().collect(),
+    }))
+}

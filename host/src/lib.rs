@@ -1,0 +1,54 @@
+//! commerce-host: a merchant-store platform that hosts plugins.
+//!
+//! The library is the whole host; the `commerce-host` binary is a thin command line over
+//! [`run`]. Tests call [`run`] with a listener on port 0 and their own [`Config`] (a manual clock,
+//! a temporary data folder).
+
+pub mod clock;
+pub mod config;
+pub mod error;
+pub mod http;
+pub mod ids;
+pub mod service;
+pub mod storage;
+
+use std::future::Future;
+
+use anyhow::Context as _;
+use tokio::net::TcpListener;
+
+pub use config::Config;
+pub use error::Error;
+pub use service::Service;
+
+/// Opens the data folder and builds the service layer.
+pub fn open_service(config: &Config) -> anyhow::Result<Service> {
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("creating {}", config.data_dir.display()))?;
+    let admin_token = config.resolve_admin_token()?;
+    let db = storage::Db::open_sled(&config.data_dir.join("db"), config.durable_writes)
+        .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    service::Service::new(db, config.clock.clone(), &admin_token)
+        .map_err(|e| anyhow::anyhow!("{e:#}"))
+}
+
+/// Serves the host on `listener` until `shutdown` completes, then finishes in-flight requests,
+/// flushes storage and returns.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let service = open_service(&config)?;
+    let app = http::router(http::AppState {
+        service: service.clone(),
+    });
+    tracing::info!(addr = %listener.local_addr()?, data = %config.data_dir.display(), "commerce-host listening");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+        .context("serving HTTP")?;
+    service.db.flush().map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    tracing::info!("commerce-host stopped");
+    Ok(())
+}

@@ -1,0 +1,131 @@
+//! Project tokens, the actor they authenticate, scope checks and the operator's admin token.
+
+use std::collections::BTreeSet;
+
+use rand::RngCore;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::Service;
+use super::events::StoreRef;
+use super::ratelimit::{RateLimits, RateStatus};
+use super::scopes::Scope;
+use super::stores::{Installation, InstallationStatus, Store};
+use crate::error::{Error, Result};
+use crate::ids::{InstallationId, StoreId};
+
+/// Prefix of every project token, so that leaked tokens are easy to recognise and scan for.
+pub const TOKEN_PREFIX: &str = "chp_";
+
+/// Who is calling: an installation of a plugin in one store, with the scopes it was granted.
+#[derive(Debug, Clone)]
+pub struct Actor {
+    /// The store that installed the plugin; every operation is confined to it.
+    pub store: StoreRef,
+    /// The installation.
+    pub installation: InstallationId,
+    /// The plugin's name.
+    pub plugin: String,
+    /// Exactly the scopes of the plugin's manifest.
+    pub scopes: BTreeSet<Scope>,
+    /// The store's rate limits.
+    pub limits: RateLimits,
+}
+
+impl Actor {
+    /// Refuses the call unless the actor holds `scope`.
+    pub fn require(&self, scope: Scope) -> Result<()> {
+        if self.scopes.contains(&scope) {
+            Ok(())
+        } else {
+            Err(Error::MissingScope {
+                scope: scope.as_str(),
+            })
+        }
+    }
+
+    /// The actor's store id.
+    pub fn store_id(&self) -> &StoreId {
+        &self.store.id
+    }
+}
+
+/// What a token hash points at.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TokenRecord {
+    /// The token's store.
+    pub store_id: StoreId,
+    /// The token's installation.
+    pub installation_id: InstallationId,
+}
+
+/// SHA-256 of a token: tokens are stored only as hashes.
+pub fn hash_token(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// Key of a token record.
+pub fn token_key(hash: &[u8; 32]) -> String {
+    format!("token/{}", hex::encode(hash))
+}
+
+/// A new project token: 256 random bits.
+pub fn new_token() -> String {
+    let mut bytes = [0u8; 32];
+    rand::thread_rng().fill_bytes(&mut bytes);
+    format!("{TOKEN_PREFIX}{}", hex::encode(bytes))
+}
+
+impl Service {
+    /// Resolves a project token to its actor. Unknown, malformed or revoked tokens are 401.
+    pub fn authenticate(&self, token: &str) -> Result<Actor> {
+        let unknown = || Error::Unauthorized("the project token is unknown or revoked".into());
+        if !token.starts_with(TOKEN_PREFIX) {
+            return Err(Error::Unauthorized(format!(
+                "malformed project token: expected `Bearer {TOKEN_PREFIX}…`"
+            )));
+        }
+        let record: TokenRecord = self
+            .db
+            .read(&token_key(&hash_token(token)))?
+            .ok_or_else(unknown)?;
+        let installation: Installation = self
+            .db
+            .read(&Installation::key(
+                &record.store_id,
+                &record.installation_id,
+            ))?
+            .ok_or_else(unknown)?;
+        if installation.status != InstallationStatus::Active {
+            return Err(unknown());
+        }
+        let store: Store = self
+            .db
+            .read(&Store::key(&record.store_id))?
+            .ok_or_else(unknown)?;
+        Ok(Actor {
+            store: store.reference(),
+            installation: installation.id,
+            plugin: installation.plugin,
+            scopes: installation.scopes.into_iter().collect(),
+            limits: store.rate_limits,
+        })
+    }
+
+    /// Counts one inbound call of `actor` against its store's rate limits.
+    pub fn admit(&self, actor: &Actor) -> Result<RateStatus, (Error, RateStatus)> {
+        self.limiter
+            .admit(actor.store_id(), actor.limits, self.clock.now())
+    }
+
+    /// Checks the operator's admin token, in constant time.
+    pub fn check_admin(&self, token: &str) -> Result<()> {
+        let ok: bool = hash_token(token).ct_eq(&self.admin_token_hash).into();
+        if ok {
+            Ok(())
+        } else {
+            Err(Error::Unauthorized("the admin token is not valid".into()))
+        }
+    }
+}

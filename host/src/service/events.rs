@@ -1,0 +1,101 @@
+//! Store events and the outbox they are written to.
+//!
+//! An event is written in the same transaction as the change that fires it, together with an
+//! outbox entry that the delivery engine consumes. A crash after the commit loses nothing; a crash
+//! before it fires nothing.
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::scopes::EventType;
+use crate::error::Result;
+use crate::ids::{EventId, StoreId};
+use crate::storage::Tx;
+
+/// How long events are kept.
+pub const EVENT_RETENTION_DAYS: i64 = 30;
+
+/// The store an event happened in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct StoreRef {
+    /// The store's id (`store_…`).
+    pub id: StoreId,
+    /// The store's domain.
+    pub domain: String,
+}
+
+/// The event envelope: the JSON body of every webhook delivery and what a component receives.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Event {
+    /// Event identifier (`evt_…`).
+    pub id: EventId,
+    /// Event name, e.g. `order.paid`.
+    #[serde(rename = "type")]
+    pub kind: EventType,
+    /// When it happened: ISO 8601 UTC with milliseconds.
+    #[serde(with = "crate::clock::api_ts")]
+    #[schema(value_type = String, example = "2026-11-22T10:15:30.123Z")]
+    pub created_at: Timestamp,
+    /// The store it happened in.
+    pub store: StoreRef,
+    /// Event content (see the API docs for each type).
+    #[schema(value_type = Object)]
+    pub data: serde_json::Value,
+}
+
+/// An entry of the outbox: an event the delivery engine has yet to fan out.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OutboxEntry {
+    /// The event's store.
+    pub store_id: StoreId,
+    /// The event.
+    pub event_id: EventId,
+}
+
+/// Key of an event record.
+pub fn event_key(store: &StoreId, id: &EventId) -> String {
+    format!("evt/{store}/{id}")
+}
+
+/// Key prefix of a store's events.
+pub fn events_prefix(store: &StoreId) -> String {
+    format!("evt/{store}/")
+}
+
+/// Key of an outbox entry.
+pub fn outbox_key(id: &EventId) -> String {
+    format!("outbox/{id}")
+}
+
+/// Prefix of the outbox.
+pub const OUTBOX_PREFIX: &str = "outbox/";
+
+impl Tx<'_> {
+    /// Records `kind` with `data` in `store` as part of this transaction, and queues it for
+    /// delivery. Returns the event.
+    pub fn emit(
+        &mut self,
+        store: &StoreRef,
+        kind: EventType,
+        data: serde_json::Value,
+        now: Timestamp,
+    ) -> Result<Event> {
+        let event = Event {
+            id: EventId::generate(now),
+            kind,
+            created_at: now,
+            store: store.clone(),
+            data,
+        };
+        self.write(&event_key(&store.id, &event.id), &event)?;
+        self.write(
+            &outbox_key(&event.id),
+            &OutboxEntry {
+                store_id: store.id.clone(),
+                event_id: event.id.clone(),
+            },
+        )?;
+        Ok(event)
+    }
+}

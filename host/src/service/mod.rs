@@ -1,0 +1,90 @@
+//! The service layer: every rule of the platform, once.
+//!
+//! HTTP handlers and WIT host functions are thin adapters over these functions. Each operation
+//! takes an [`Actor`] (the store, installation and scopes of the caller) and checks scope,
+//! validation and state rules before it has any effect.
+
+pub mod auth;
+pub mod events;
+pub mod pagination;
+pub mod plugins;
+pub mod ratelimit;
+pub mod scopes;
+pub mod stores;
+
+use std::ops::Deref;
+use std::sync::Arc;
+
+use rand::RngCore;
+
+use crate::clock::SharedClock;
+use crate::error::Result;
+use crate::storage::Db;
+
+pub use auth::Actor;
+pub use pagination::{Page, PageInfo, PageParams, PageRequest};
+pub use scopes::{EventType, Scope};
+
+/// The service layer: cheap to clone, shared by the HTTP server, the delivery engine and the
+/// plugin runtime.
+#[derive(Clone, Debug)]
+pub struct Service {
+    inner: Arc<Inner>,
+}
+
+/// What the service holds.
+#[derive(Debug)]
+pub struct Inner {
+    /// Records and the event outbox.
+    pub db: Db,
+    /// The time source for every rule that depends on time.
+    pub clock: SharedClock,
+    /// Per-store request rate limiter.
+    pub limiter: ratelimit::RateLimiter,
+    /// Signs pagination cursors.
+    pub cursors: pagination::Cursors,
+    /// SHA-256 of the operator's admin token.
+    admin_token_hash: [u8; 32],
+}
+
+impl Deref for Service {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.inner
+    }
+}
+
+const CURSOR_SECRET_KEY: &str = "meta/cursor-secret";
+
+impl Service {
+    /// Builds the service over `db`, creating the host secrets on first start.
+    pub fn new(db: Db, clock: SharedClock, admin_token: &str) -> Result<Self> {
+        let secret = db.tx(|tx| {
+            if let Some(secret) = tx.read::<String>(CURSOR_SECRET_KEY)? {
+                return Ok(secret);
+            }
+            let mut bytes = [0u8; 32];
+            rand::thread_rng().fill_bytes(&mut bytes);
+            let secret = hex::encode(bytes);
+            tx.write(CURSOR_SECRET_KEY, &secret)?;
+            Ok(secret)
+        })?;
+        let mut key = [0u8; 32];
+        hex::decode_to_slice(&secret, &mut key)
+            .map_err(|e| anyhow::anyhow!("the stored cursor secret is corrupt: {e}"))?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                db,
+                clock,
+                limiter: ratelimit::RateLimiter::default(),
+                cursors: pagination::Cursors::new(key),
+                admin_token_hash: auth::hash_token(admin_token),
+            }),
+        })
+    }
+
+    /// The current time from the injected clock.
+    pub fn now(&self) -> jiff::Timestamp {
+        self.clock.now()
+    }
+}

@@ -1,0 +1,276 @@
+//! Published plugins and their manifests.
+
+use std::collections::BTreeSet;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::Service;
+use super::pagination::{Listing, Page, PageRequest};
+use super::scopes::{EventType, Scope};
+use crate::error::{Error, Result};
+
+/// A plugin's manifest (`plugin.toml`, or JSON over HTTP). Unknown fields are refused.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// Unique plugin name: lower-case letters, digits and `-`, starting with a letter, 2 to 64
+    /// characters.
+    #[schema(example = "order-thanks")]
+    pub name: String,
+    /// Semantic version `MAJOR.MINOR.PATCH`; each publish of a name needs a higher version.
+    #[schema(example = "1.0.0")]
+    pub version: String,
+    /// What the plugin does, for the merchant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The scopes the plugin needs; its installations get exactly these.
+    #[serde(default)]
+    #[schema(example = json!(["orders.read"]))]
+    pub scopes: Vec<String>,
+    /// Who is told when one of the plugin's webhook subscriptions is paused.
+    #[schema(example = "dev@plugin.example")]
+    pub contact_email: String,
+    /// Webhook subscriptions created at install.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub webhooks: Vec<ManifestWebhook>,
+    /// For a component: the events it receives.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<String>,
+    /// For a component: limits per invocation, within the operator's maxima.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<ManifestLimits>,
+}
+
+/// A webhook subscription declared in a manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ManifestWebhook {
+    /// Endpoint that receives callbacks.
+    pub url: String,
+    /// Event names.
+    pub events: Vec<String>,
+    /// Shared signing secret.
+    pub secret: String,
+}
+
+/// Per-invocation limits a component asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ManifestLimits {
+    /// Linear memory, in MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u32>,
+    /// CPU budget, in fuel units.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fuel: Option<u64>,
+    /// Wall-clock bound, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u32>,
+    /// Host function calls per invocation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_calls: Option<u32>,
+    /// Log bytes per invocation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_bytes: Option<u32>,
+}
+
+/// A plugin as published by the operator.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Plugin {
+    /// The manifest's name.
+    pub name: String,
+    /// The current (latest published) version.
+    pub version: String,
+    /// The manifest of the current version.
+    pub manifest: Manifest,
+    /// When the current version was published.
+    #[serde(with = "crate::clock::api_ts")]
+    #[schema(value_type = String)]
+    pub published_at: Timestamp,
+}
+
+impl Plugin {
+    /// Key of a plugin's current version.
+    pub fn key(name: &str) -> String {
+        format!("plugin/{name}")
+    }
+
+    /// The manifest's scopes, parsed (validated at publish).
+    pub fn scopes(&self) -> BTreeSet<Scope> {
+        self.manifest
+            .scopes
+            .iter()
+            .filter_map(|s| s.parse().ok())
+            .collect()
+    }
+}
+
+fn parse_version(v: &str) -> Option<(u64, u64, u64)> {
+    let mut parts = v.split('.').map(|p| {
+        if p.is_empty() || (p.len() > 1 && p.starts_with('0')) {
+            None
+        } else {
+            p.parse::<u64>().ok()
+        }
+    });
+    let version = (parts.next()??, parts.next()??, parts.next()??);
+    parts.next().is_none().then_some(version)
+}
+
+/// Checks an email address's shape (one `@`, a dotted domain, no spaces).
+pub fn validate_email(field: &str, email: &str) -> Result<()> {
+    let ok = email.len() <= 254
+        && !email.chars().any(char::is_whitespace)
+        && matches!(email.split_once('@'), Some((local, domain))
+            if !local.is_empty() && domain.contains('.') && !domain.contains('@')
+               && !domain.starts_with('.') && !domain.ends_with('.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            field,
+            format!("`{email}` is not an email address"),
+        ))
+    }
+}
+
+/// Parses a list of event names, naming the offending index.
+pub fn parse_events(field: &str, events: &[String]) -> Result<Vec<EventType>> {
+    if events.is_empty() {
+        return Err(Error::invalid(field, "must name at least one event"));
+    }
+    events
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            e.parse::<EventType>().map_err(|msg| {
+                let known: Vec<_> = EventType::ALL.iter().map(|e| e.as_str()).collect();
+                Error::invalid(
+                    format!("{field}[{i}]"),
+                    format!("{msg}; known events: {}", known.join(", ")),
+                )
+            })
+        })
+        .collect()
+}
+
+impl Manifest {
+    /// Checks every field, naming the first offending one (`manifest.scopes[1]`).
+    pub fn validate(&self, at: &str) -> Result<()> {
+        let field = |name: &str| format!("{at}.{name}");
+        let name_ok = (2..=64).contains(&self.name.len())
+            && self.name.starts_with(|c: char| c.is_ascii_lowercase())
+            && self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+        if !name_ok {
+            return Err(Error::invalid(
+                field("name"),
+                "must be 2 to 64 lower-case letters, digits or `-`, starting with a letter",
+            ));
+        }
+        if parse_version(&self.version).is_none() {
+            return Err(Error::invalid(
+                field("version"),
+                format!(
+                    "`{}` is not a version of the form MAJOR.MINOR.PATCH",
+                    self.version
+                ),
+            ));
+        }
+        let mut seen = BTreeSet::new();
+        for (i, scope) in self.scopes.iter().enumerate() {
+            let parsed: Scope = scope
+                .parse()
+                .map_err(|msg: String| Error::invalid(format!("{at}.scopes[{i}]"), msg))?;
+            if !seen.insert(parsed) {
+                return Err(Error::invalid(
+                    format!("{at}.scopes[{i}]"),
+                    format!("`{scope}` is listed twice"),
+                ));
+            }
+        }
+        validate_email(&field("contact_email"), &self.contact_email)?;
+        for (i, hook) in self.webhooks.iter().enumerate() {
+            parse_events(&format!("{at}.webhooks[{i}].events"), &hook.events)?;
+        }
+        if !self.events.is_empty() {
+            parse_events(&field("events"), &self.events)?;
+        }
+        if let Some(description) = &self.description
+            && description.chars().count() > 1000
+        {
+            return Err(Error::invalid(
+                field("description"),
+                "must be at most 1000 characters",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Service {
+    /// Publishes a new plugin, or a new version of one. Versions only go up.
+    pub fn publish_plugin(&self, manifest: Manifest) -> Result<Plugin> {
+        manifest.validate("manifest")?;
+        let now = self.now();
+        self.db.tx(|tx| {
+            if let Some(current) = tx.read::<Plugin>(&Plugin::key(&manifest.name))? {
+                let newer = parse_version(&manifest.version) > parse_version(&current.version);
+                if !newer {
+                    return Err(Error::Conflict {
+                        code: "version_not_newer",
+                        message: format!(
+                            "plugin `{}` is already published at version {}; publish a higher version",
+                            manifest.name, current.version
+                        ),
+                        field: Some("manifest.version".into()),
+                    });
+                }
+            }
+            let plugin = Plugin {
+                name: manifest.name.clone(),
+                version: manifest.version.clone(),
+                manifest: manifest.clone(),
+                published_at: now,
+            };
+            tx.write(&Plugin::key(&plugin.name), &plugin)?;
+            tx.write(&format!("plugin-version/{}/{}", plugin.name, plugin.version), &plugin)?;
+            Ok(plugin)
+        })
+    }
+
+    /// The current version of a plugin.
+    pub fn plugin(&self, name: &str) -> Result<Plugin> {
+        self.db
+            .read(&Plugin::key(name))?
+            .ok_or_else(|| Error::not_found("plugin", name))
+    }
+
+    /// Published plugins, by name.
+    pub fn list_plugins(&self, page: &PageRequest) -> Result<Page<Plugin>> {
+        Listing {
+            prefix: "plugin/",
+            list_id: "plugins",
+            newest_first: false,
+        }
+        .page(&self.db, &self.cursors, page, |_| true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_version;
+
+    #[test]
+    fn versions_are_strict_semver_triples() {
+        assert_eq!(parse_version("1.2.3"), Some((1, 2, 3)));
+        assert_eq!(parse_version("1.2"), None);
+        assert_eq!(parse_version("01.2.3"), None);
+        assert_eq!(parse_version("1.2.3.4"), None);
+        assert!(parse_version("1.10.0") > parse_version("1.9.9"));
+    }
+}

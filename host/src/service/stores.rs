@@ -1,0 +1,290 @@
+//! Stores and the plugins installed into them.
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::Service;
+use super::auth::{TokenRecord, hash_token, new_token, token_key};
+use super::events::StoreRef;
+use super::pagination::{Listing, Page, PageRequest};
+use super::plugins::Plugin;
+use super::ratelimit::RateLimits;
+use super::scopes::{EventType, Scope};
+use crate::error::{Error, Result};
+use crate::ids::{InstallationId, StoreId};
+
+/// A merchant store.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Store {
+    /// Store id (`store_…`).
+    pub id: StoreId,
+    /// The store's domain, unique on this host.
+    pub domain: String,
+    /// When the store was created.
+    #[serde(with = "crate::clock::api_ts")]
+    #[schema(value_type = String)]
+    pub created_at: Timestamp,
+    /// Inbound API rate limits, shared by every installation of the store.
+    pub rate_limits: RateLimits,
+}
+
+impl Store {
+    /// Key of a store record.
+    pub fn key(id: &StoreId) -> String {
+        format!("store/{id}")
+    }
+
+    /// The `{id, domain}` pair used in event envelopes.
+    pub fn reference(&self) -> StoreRef {
+        StoreRef {
+            id: self.id.clone(),
+            domain: self.domain.clone(),
+        }
+    }
+}
+
+/// Whether an installation is in use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum InstallationStatus {
+    /// Installed; its token works.
+    Active,
+    /// Removed by the merchant; its token is revoked.
+    Uninstalled,
+}
+
+/// A plugin installed into a store.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Installation {
+    /// Installation id (`inst_…`).
+    pub id: InstallationId,
+    /// The store.
+    pub store_id: StoreId,
+    /// The plugin's name.
+    pub plugin: String,
+    /// The plugin version installed.
+    pub version: String,
+    /// Exactly the manifest's scopes.
+    pub scopes: Vec<Scope>,
+    /// Active or uninstalled.
+    pub status: InstallationStatus,
+    /// When it was installed.
+    #[serde(with = "crate::clock::api_ts")]
+    #[schema(value_type = String)]
+    pub created_at: Timestamp,
+    /// When it was uninstalled.
+    #[serde(
+        default,
+        with = "crate::clock::api_ts::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<String>)]
+    pub uninstalled_at: Option<Timestamp>,
+}
+
+impl Installation {
+    /// Key of an installation record.
+    pub fn key(store: &StoreId, id: &InstallationId) -> String {
+        format!("inst/{store}/{id}")
+    }
+
+    fn by_plugin_key(store: &StoreId, plugin: &str) -> String {
+        format!("inst-by-plugin/{store}/{plugin}")
+    }
+}
+
+/// A new installation and its token, which is shown only this once.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct NewInstallation {
+    /// The installation.
+    #[serde(flatten)]
+    pub installation: Installation,
+    /// The project token (`chp_…`): keep it secret; it is not stored and cannot be shown again.
+    pub token: String,
+}
+
+fn validate_domain(domain: &str) -> Result<()> {
+    let labels_ok = domain.split('.').all(|label| {
+        (1..=63).contains(&label.len())
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+            && label
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    });
+    if domain.len() <= 253 && domain.contains('.') && labels_ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            "domain",
+            format!("`{domain}` is not a lower-case domain name such as `acme.example`"),
+        ))
+    }
+}
+
+impl Service {
+    /// Creates a store with the default limits. Domains are unique.
+    pub fn create_store(&self, domain: &str) -> Result<Store> {
+        validate_domain(domain)?;
+        let now = self.now();
+        let store = Store {
+            id: StoreId::generate(now),
+            domain: domain.to_owned(),
+            created_at: now,
+            rate_limits: RateLimits::default(),
+        };
+        self.db.tx(|tx| {
+            let domain_key = format!("store-domain/{domain}");
+            if tx.read::<StoreId>(&domain_key)?.is_some() {
+                return Err(Error::Conflict {
+                    code: "domain_taken",
+                    message: format!("a store with domain `{domain}` already exists"),
+                    field: Some("domain".into()),
+                });
+            }
+            tx.write(&domain_key, &store.id)?;
+            tx.write(&Store::key(&store.id), &store)?;
+            Ok(store.clone())
+        })
+    }
+
+    /// A store by id.
+    pub fn store(&self, id: &StoreId) -> Result<Store> {
+        self.db
+            .read(&Store::key(id))?
+            .ok_or_else(|| Error::not_found("store", id))
+    }
+
+    /// A store by domain.
+    pub fn store_by_domain(&self, domain: &str) -> Result<Option<Store>> {
+        match self.db.read::<StoreId>(&format!("store-domain/{domain}"))? {
+            Some(id) => self.store(&id).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Stores, oldest first.
+    pub fn list_stores(&self, page: &PageRequest) -> Result<Page<Store>> {
+        Listing {
+            prefix: "store/",
+            list_id: "stores",
+            newest_first: false,
+        }
+        .page(&self.db, &self.cursors, page, |_| true)
+    }
+
+    /// Sets a store's rate limits.
+    pub fn set_rate_limits(&self, id: &StoreId, limits: RateLimits) -> Result<Store> {
+        limits.validate("rate_limits")?;
+        self.db.tx(|tx| {
+            let mut store: Store = tx
+                .read(&Store::key(id))?
+                .ok_or_else(|| Error::not_found("store", id))?;
+            store.rate_limits = limits;
+            tx.write(&Store::key(id), &store)?;
+            Ok(store)
+        })
+    }
+
+    /// Installs the current version of `plugin` into `store_id`: issues a project token with
+    /// exactly the manifest's scopes and fires `plugin.installed`.
+    pub fn install(&self, store_id: &StoreId, plugin: &str) -> Result<NewInstallation> {
+        let store = self.store(store_id)?;
+        let plugin: Plugin = self.db.read(&Plugin::key(plugin))?.ok_or_else(|| {
+            Error::invalid("plugin", format!("no plugin named `{plugin}` is published"))
+        })?;
+        let now = self.now();
+        let token = new_token();
+        let installation = Installation {
+            id: InstallationId::generate(now),
+            store_id: store_id.clone(),
+            plugin: plugin.name.clone(),
+            version: plugin.version.clone(),
+            scopes: plugin.scopes().into_iter().collect(),
+            status: InstallationStatus::Active,
+            created_at: now,
+            uninstalled_at: None,
+        };
+        self.db.tx(|tx| {
+            let by_plugin = Installation::by_plugin_key(store_id, &plugin.name);
+            if tx.read::<InstallationId>(&by_plugin)?.is_some() {
+                return Err(Error::Conflict {
+                    code: "already_installed",
+                    message: format!("`{}` is already installed in this store", plugin.name),
+                    field: Some("plugin".into()),
+                });
+            }
+            tx.write(&by_plugin, &installation.id)?;
+            tx.write(
+                &Installation::key(store_id, &installation.id),
+                &installation,
+            )?;
+            tx.write(
+                &token_key(&hash_token(&token)),
+                &TokenRecord {
+                    store_id: store_id.clone(),
+                    installation_id: installation.id.clone(),
+                },
+            )?;
+            tx.emit(
+                &store.reference(),
+                EventType::PluginInstalled,
+                serde_json::json!({ "installation": &installation }),
+                now,
+            )?;
+            Ok(())
+        })?;
+        Ok(NewInstallation {
+            installation,
+            token,
+        })
+    }
+
+    /// An installation of a store.
+    pub fn installation(&self, store_id: &StoreId, id: &InstallationId) -> Result<Installation> {
+        self.db
+            .read(&Installation::key(store_id, id))?
+            .ok_or_else(|| Error::not_found("installation", id))
+    }
+
+    /// The installations of a store, oldest first.
+    pub fn list_installations(
+        &self,
+        store_id: &StoreId,
+        page: &PageRequest,
+    ) -> Result<Page<Installation>> {
+        self.store(store_id)?;
+        let prefix = format!("inst/{store_id}/");
+        Listing {
+            prefix: &prefix,
+            list_id: &prefix,
+            newest_first: false,
+        }
+        .page(&self.db, &self.cursors, page, |_| true)
+    }
+
+    /// Uninstalls: revokes the token at once and fires `plugin.uninstalled`.
+    pub fn uninstall(&self, store_id: &StoreId, id: &InstallationId) -> Result<Installation> {
+        let store = self.store(store_id)?;
+        let now = self.now();
+        self.db.tx(|tx| {
+            let key = Installation::key(store_id, id);
+            let mut installation: Installation = tx
+                .read(&key)?
+                .filter(|i: &Installation| i.status == InstallationStatus::Active)
+                .ok_or_else(|| Error::not_found("installation", id))?;
+            installation.status = InstallationStatus::Uninstalled;
+            installation.uninstalled_at = Some(now);
+            tx.write(&key, &installation)?;
+            tx.remove(&Installation::by_plugin_key(store_id, &installation.plugin))?;
+            tx.emit(
+                &store.reference(),
+                EventType::PluginUninstalled,
+                serde_json::json!({ "installation": &installation }),
+                now,
+            )?;
+            Ok(installation)
+        })
+    }
+}

@@ -1,0 +1,251 @@
+//! Shared helpers for the integration tests: a real host on a real port (port 0), real sled files
+//! in a temporary folder, and a manual clock the test moves.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use commerce_host::Config;
+use commerce_host::clock::ManualClock;
+use reqwest::Method;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// The admin token every test host uses.
+pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+
+/// The instant every test clock starts at (a Monday, on a minute boundary).
+pub fn epoch() -> jiff::Timestamp {
+    "2026-01-05T00:00:00Z".parse().expect("valid timestamp")
+}
+
+/// A response, read whole.
+#[derive(Debug)]
+pub struct Reply {
+    /// HTTP status.
+    pub status: u16,
+    /// Response headers.
+    pub headers: reqwest::header::HeaderMap,
+    /// The body as JSON (`Value::Null` when empty or not JSON).
+    pub body: Value,
+}
+
+impl Reply {
+    /// A header as text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// `error.code` of an error body.
+    pub fn code(&self) -> &str {
+        self.body["error"]["code"].as_str().unwrap_or("")
+    }
+
+    /// `error.field` of an error body.
+    pub fn field(&self) -> &str {
+        self.body["error"]["field"].as_str().unwrap_or("")
+    }
+
+    /// Panics with the body unless the status is `expected`.
+    #[track_caller]
+    pub fn expect(self, expected: u16) -> Self {
+        assert_eq!(
+            self.status, expected,
+            "unexpected status; body: {}",
+            self.body
+        );
+        self
+    }
+}
+
+/// A host running in this process on 127.0.0.1:0.
+pub struct TestHost {
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    /// The host's clock.
+    pub clock: ManualClock,
+    /// A client for the tests.
+    pub http: reqwest::Client,
+    data: Arc<tempfile::TempDir>,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<anyhow::Result<()>>>,
+}
+
+impl TestHost {
+    /// Starts a host with a fresh data folder and a clock at [`epoch`].
+    pub async fn start() -> Self {
+        let data = Arc::new(tempfile::tempdir().expect("temp dir"));
+        Self::start_with(data, ManualClock::new(epoch()), |_| {}).await
+    }
+
+    /// Starts a host, letting the test adjust the configuration.
+    pub async fn start_configured(adjust: impl FnOnce(&mut Config)) -> Self {
+        let data = Arc::new(tempfile::tempdir().expect("temp dir"));
+        Self::start_with(data, ManualClock::new(epoch()), adjust).await
+    }
+
+    async fn start_with(
+        data: Arc<tempfile::TempDir>,
+        clock: ManualClock,
+        adjust: impl FnOnce(&mut Config),
+    ) -> Self {
+        let mut config = Config::new(data.path());
+        config.admin_token = Some(ADMIN_TOKEN.to_owned());
+        config.clock = Arc::new(clock.clone());
+        adjust(&mut config);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind port 0");
+        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(commerce_host::run(config, listener, async {
+            let _ = rx.await;
+        }));
+        Self {
+            base,
+            clock,
+            http: reqwest::Client::new(),
+            data,
+            shutdown: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    /// The data folder.
+    pub fn data_dir(&self) -> PathBuf {
+        self.data.path().to_owned()
+    }
+
+    /// Stops the host gracefully and waits until it has released its files.
+    pub async fn stop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await.expect("host task").expect("host ran cleanly");
+        }
+    }
+
+    /// Stops the host and starts a new one on the same data folder and clock.
+    pub async fn restart(mut self) -> Self {
+        self.stop().await;
+        let data = self.data.clone();
+        let clock = self.clock.clone();
+        Self::start_with(data, clock, |_| {}).await
+    }
+
+    /// Sends a request with an optional bearer token and JSON body.
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> Reply {
+        let mut req = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(token) = token {
+            req = req.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        Self::read(req).await
+    }
+
+    /// Sends a prepared request and reads the reply.
+    pub async fn read(req: reqwest::RequestBuilder) -> Reply {
+        let response = req.send().await.expect("request sent");
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let bytes = response.bytes().await.expect("body read");
+        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Reply {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    /// A request builder for `path`.
+    pub fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
+        self.http.request(method, format!("{}{path}", self.base))
+    }
+
+    /// An operator call.
+    pub async fn admin(&self, method: Method, path: &str, body: Option<Value>) -> Reply {
+        self.send(method, path, Some(ADMIN_TOKEN), body).await
+    }
+
+    /// A `/v1` call with a project token.
+    pub async fn call(
+        &self,
+        token: &str,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Reply {
+        self.send(method, path, Some(token), body).await
+    }
+
+    /// Creates a store and returns its id.
+    pub async fn create_store(&self, domain: &str) -> String {
+        let reply = self
+            .admin(
+                Method::POST,
+                "/admin/v1/stores",
+                Some(json!({ "domain": domain })),
+            )
+            .await
+            .expect(201);
+        reply.body["id"].as_str().expect("store id").to_owned()
+    }
+
+    /// Publishes an external plugin with `scopes`.
+    pub async fn publish(&self, name: &str, scopes: &[&str]) {
+        self.admin(
+            Method::POST,
+            "/admin/v1/plugins",
+            Some(json!({ "manifest": {
+                "name": name,
+                "version": "1.0.0",
+                "scopes": scopes,
+                "contact_email": "dev@plugin.example",
+            }})),
+        )
+        .await
+        .expect(201);
+    }
+
+    /// Installs `plugin` into `store`; returns (installation id, token).
+    pub async fn install(&self, store: &str, plugin: &str) -> (String, String) {
+        let reply = self
+            .admin(
+                Method::POST,
+                &format!("/admin/v1/stores/{store}/installations"),
+                Some(json!({ "plugin": plugin })),
+            )
+            .await
+            .expect(201);
+        (
+            reply.body["id"].as_str().expect("id").to_owned(),
+            reply.body["token"].as_str().expect("token").to_owned(),
+        )
+    }
+
+    /// A store with one external plugin installed with `scopes`; returns (store id, token).
+    pub async fn store_with_plugin(&self, domain: &str, scopes: &[&str]) -> (String, String) {
+        let store = self.create_store(domain).await;
+        let plugin = format!("p-{}", domain.replace('.', "-"));
+        self.publish(&plugin, scopes).await;
+        let (_, token) = self.install(&store, &plugin).await;
+        (store, token)
+    }
+}
+
+impl Drop for TestHost {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
