@@ -19,6 +19,8 @@ pub struct Config {
     pub clock: SharedClock,
     /// Flush storage on every write transaction (an acknowledged write survives `kill -9`).
     pub durable_writes: bool,
+    /// How often (real time) housekeeping runs: retention purges compare against `clock`.
+    pub maintenance_interval: std::time::Duration,
 }
 
 impl Config {
@@ -29,6 +31,7 @@ impl Config {
             admin_token: None,
             clock: Arc::new(SystemClock),
             durable_writes: true,
+            maintenance_interval: std::time::Duration::from_secs(60),
         }
     }
 

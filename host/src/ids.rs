@@ -5,7 +5,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use jiff::Timestamp;
-use rand::RngCore;
+use std::sync::Mutex;
 
 /// The error returned when a string is not an id of the expected kind.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -15,18 +15,19 @@ pub struct BadId {
     pub prefix: &'static str,
 }
 
-/// Makes the random-plus-time body of a new id.
+/// Makes the time-plus-random body of a new id. Within one process ids are strictly increasing,
+/// even within one millisecond (or under a stopped test clock), so key order is creation order.
 pub fn new_id_body(now: Timestamp) -> String {
+    static GENERATOR: Mutex<Option<ulid::Generator>> = Mutex::new(None);
     let ms = u64::try_from(now.as_millisecond()).unwrap_or(0);
-    let mut random = [0u8; 10];
-    rand::thread_rng().fill_bytes(&mut random);
-    let mut r: u128 = 0;
-    for b in random {
-        r = (r << 8) | u128::from(b);
-    }
-    ulid::Ulid::from_parts(ms, r)
-        .to_string()
-        .to_ascii_lowercase()
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    let mut generator = GENERATOR.lock().unwrap_or_else(|e| e.into_inner());
+    let id = generator
+        .get_or_insert_with(ulid::Generator::new)
+        .generate_from_datetime(at)
+        // The random part overflowed within one millisecond (2^80 ids): start afresh.
+        .unwrap_or_else(|_| ulid::Ulid::from_datetime(at));
+    id.to_string().to_ascii_lowercase()
 }
 
 macro_rules! prefixed_id {

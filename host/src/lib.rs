@@ -43,12 +43,45 @@ pub async fn run(
     let app = http::router(http::AppState {
         service: service.clone(),
     });
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let maintenance = tokio::spawn(maintenance_loop(
+        service.clone(),
+        config.maintenance_interval,
+        stop_rx.clone(),
+    ));
     tracing::info!(addr = %listener.local_addr()?, data = %config.data_dir.display(), "commerce-host listening");
-    axum::serve(listener, app)
+    let served = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
-        .context("serving HTTP")?;
+        .context("serving HTTP");
+    let _ = stop_tx.send(true);
+    let _ = maintenance.await;
+    served?;
     service.db.flush().map_err(|e| anyhow::anyhow!("{e:#}"))?;
     tracing::info!("commerce-host stopped");
     Ok(())
+}
+
+/// Runs housekeeping every `interval` until told to stop.
+async fn maintenance_loop(
+    service: Service,
+    interval: std::time::Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            () = tokio::time::sleep(interval) => {}
+        }
+        let svc = service.clone();
+        let now = service.now();
+        match tokio::task::spawn_blocking(move || svc.purge_expired(now)).await {
+            Ok(Ok(purged)) if purged != service::maintenance::Purged::default() => {
+                tracing::info!(?purged, "purged expired records");
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "housekeeping failed"),
+            Err(e) => tracing::error!(error = %e, "housekeeping panicked"),
+        }
+    }
 }

@@ -249,3 +249,62 @@ impl Drop for TestHost {
         }
     }
 }
+
+impl TestHost {
+    /// The store's events of `kind`, oldest first.
+    pub async fn events(&self, store: &str, kind: &str) -> Vec<Value> {
+        let reply = self
+            .admin(
+                Method::GET,
+                &format!("/admin/v1/stores/{store}/events?type={kind}&limit=250"),
+                None,
+            )
+            .await
+            .expect(200);
+        let mut events = reply.body["data"].as_array().cloned().unwrap_or_default();
+        events.reverse();
+        events
+    }
+
+    /// Confirms payment of an order for its total, as the gateway would.
+    pub async fn pay(&self, store: &str, order: &Value) -> Reply {
+        self.admin(
+            Method::POST,
+            &format!(
+                "/admin/v1/stores/{store}/orders/{}/payments",
+                order["id"].as_str().expect("order id")
+            ),
+            Some(json!({ "amount": order["total"], "currency": order["currency"] })),
+        )
+        .await
+    }
+
+    /// Polls `check` until it returns `Some`, for up to 10 s of real time.
+    pub async fn eventually<T, F, Fut>(&self, what: &str, mut check: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            if let Some(value) = check().await {
+                return value;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {what}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// Every scope.
+pub const ALL_SCOPES: [&str; 6] = [
+    "orders.read",
+    "orders.write",
+    "products.read",
+    "products.write",
+    "customers.read",
+    "customers.write",
+];

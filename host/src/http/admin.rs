@@ -11,11 +11,15 @@ use super::AppState;
 use super::extract::{Json, Query, path_id};
 use super::middleware::ErrorResponse;
 use crate::error::Result;
-use crate::ids::{InstallationId, StoreId};
+use crate::ids::{InstallationId, OrderId, StoreId};
+use crate::service::events::Event;
+use crate::service::orders::{ConfirmPayment, Order};
 use crate::service::pagination::{Page, PageParams, PageRequest};
 use crate::service::plugins::{Manifest, Plugin};
 use crate::service::ratelimit::RateLimits;
+use crate::service::scopes::EventType;
 use crate::service::stores::{Installation, NewInstallation, Store};
+use utoipa::IntoParams;
 
 /// The operator routes (behind the admin token).
 pub fn router() -> Router<AppState> {
@@ -32,6 +36,11 @@ pub fn router() -> Router<AppState> {
             "/stores/{store_id}/installations/{id}",
             delete(uninstall).get(get_installation),
         )
+        .route(
+            "/stores/{store_id}/orders/{id}/payments",
+            post(confirm_payment),
+        )
+        .route("/stores/{store_id}/events", get(list_events))
 }
 
 /// Body of `POST /admin/v1/stores`.
@@ -216,4 +225,60 @@ pub async fn uninstall(
     let id: InstallationId = path_id("installation", &id)?;
     app.service.uninstall(&store, &id)?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Confirm a payment, as the payment gateway does: the open order becomes `paid` and `order.paid`
+/// fires with `data.order {id, total, currency}`. The amount must be the order's total.
+#[utoipa::path(post, path = "/admin/v1/stores/{store_id}/orders/{id}/payments", tag = "operator",
+    request_body = ConfirmPayment,
+    params(("store_id" = String, Path, description = "Store id"), ("id" = String, Path, description = "Order id")),
+    security(("admin_token" = [])),
+    responses((status = 200, body = Order), (status = 400, body = ErrorResponse), (status = 401, body = ErrorResponse),
+        (status = 404, body = ErrorResponse), (status = 409, description = "draft, cancelled or already paid", body = ErrorResponse)))]
+pub async fn confirm_payment(
+    State(app): State<AppState>,
+    Path((store_id, id)): Path<(String, String)>,
+    Json(body): Json<ConfirmPayment>,
+) -> Result<axum::Json<Order>> {
+    let store: StoreId = path_id("store", &store_id)?;
+    let id: OrderId = path_id("order", &id)?;
+    let store = app.service.store(&store)?.reference();
+    Ok(axum::Json(app.service.confirm_payment(&store, &id, &body)?))
+}
+
+/// Filters of the event log.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct EventFilter {
+    /// Only events of this type.
+    #[serde(rename = "type")]
+    #[param(value_type = Option<String>)]
+    pub kind: Option<EventType>,
+    /// Items per page, 1 to 250; 50 when absent.
+    pub limit: Option<String>,
+    /// The `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+/// A store's events, newest first (kept 30 days).
+#[utoipa::path(get, path = "/admin/v1/stores/{store_id}/events", tag = "operator",
+    params(("store_id" = String, Path, description = "Store id"), EventFilter), security(("admin_token" = [])),
+    responses((status = 200, body = Page<Event>), (status = 400, body = ErrorResponse), (status = 401, body = ErrorResponse),
+        (status = 404, body = ErrorResponse)))]
+pub async fn list_events(
+    State(app): State<AppState>,
+    Path(store_id): Path<String>,
+    Query(filter): Query<EventFilter>,
+) -> Result<axum::Json<Page<Event>>> {
+    let store: StoreId = path_id("store", &store_id)?;
+    let page = PageRequest::parse(&PageParams {
+        limit: filter.limit,
+        cursor: filter.cursor,
+    })?;
+    Ok(axum::Json(app.service.list_events(
+        &store,
+        filter.kind,
+        &page,
+    )?))
 }

@@ -198,3 +198,53 @@ pub async fn admin_auth(State(app): State<AppState>, req: Request, next: Next) -
         Err(e) => e.into_response(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use axum::Router;
+    use axum::body::{Body, to_bytes};
+    use axum::http::Request;
+    use axum::routing::get;
+    use tower::ServiceExt as _;
+
+    use super::*;
+    use crate::clock::SystemClock;
+    use crate::service::Service;
+    use crate::storage::Db;
+
+    #[tokio::test]
+    async fn internal_errors_are_opaque_500s_with_a_request_id() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = Db::open_sled(dir.path(), false).expect("db");
+        let service =
+            Service::new(db, Arc::new(SystemClock), "admin-token-for-tests").expect("service");
+        let state = AppState { service };
+        let app = Router::new()
+            .route(
+                "/boom",
+                get(|| async { Error::Internal(anyhow::anyhow!("disk on fire at /var/secret")) }),
+            )
+            .layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                request_context,
+            ))
+            .with_state(state);
+        let response = app
+            .oneshot(Request::get("/boom").body(Body::empty()).expect("request"))
+            .await
+            .expect("response");
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let header_id = response.headers()[REQUEST_ID]
+            .to_str()
+            .expect("id")
+            .to_owned();
+        let body = to_bytes(response.into_body(), 1 << 20).await.expect("body");
+        let text = String::from_utf8_lossy(&body);
+        assert!(!text.contains("disk on fire"), "{text}");
+        let json: serde_json::Value = serde_json::from_slice(&body).expect("json");
+        assert_eq!(json["error"]["code"], "internal_error");
+        assert_eq!(json["error"]["request_id"], header_id);
+    }
+}

@@ -2,9 +2,13 @@
 //! layer and translate back; no rule lives here.
 
 pub mod admin;
+pub mod customers;
 pub mod extract;
+pub mod idempotency;
 pub mod middleware;
 pub mod openapi;
+pub mod orders;
+pub mod products;
 pub mod v1;
 
 use axum::Router;
@@ -28,6 +32,14 @@ pub struct AppState {
 pub fn router(state: AppState) -> Router {
     let v1 = Router::new()
         .merge(v1::router())
+        .merge(orders::router())
+        .merge(products::router())
+        .merge(customers::router())
+        // Layers run outside-in: authenticate and rate-limit first, then idempotency.
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            idempotency::idempotency,
+        ))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             middleware::v1_auth,

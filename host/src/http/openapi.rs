@@ -3,7 +3,7 @@
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{admin, middleware, v1};
+use super::{admin, customers, middleware, orders, products, v1};
 
 /// The API description.
 #[derive(OpenApi)]
@@ -19,6 +19,13 @@ and, when sent, must name the token's store (400 if malformed, 403 `store_mismat
     ),
     paths(
         v1::current_installation,
+        orders::list_orders, orders::get_order, orders::create_order, orders::update_order,
+        orders::fulfill, orders::refund, orders::complete, orders::cancel,
+        products::list_products, products::get_product, products::create_product, products::update_product,
+        products::add_variant, products::adjust_inventory,
+        customers::list_customers, customers::get_customer, customers::create_customer,
+        customers::update_customer, customers::delete_customer,
+        admin::confirm_payment, admin::list_events,
         admin::create_store, admin::list_stores, admin::get_store, admin::update_store,
         admin::publish_plugin, admin::list_plugins, admin::get_plugin,
         admin::install, admin::list_installations, admin::get_installation, admin::uninstall,
@@ -28,6 +35,9 @@ and, when sent, must name the token's store (400 if malformed, 403 `store_mismat
     modifiers(&Security),
     tags(
         (name = "installation", description = "The calling installation"),
+        (name = "orders", description = "Orders: `status` draft → open → cancelled; `financial_status` pending → paid → partially_refunded → refunded; `fulfillment_status` unfulfilled → partially_fulfilled → fulfilled. Illegal transitions are 409 with a code."),
+        (name = "products", description = "Products, variants and stock. Prices are positive integers in minor units with an ISO 4217 currency."),
+        (name = "customers", description = "Customers and addresses. DELETE is a hard delete."),
         (name = "operator", description = "Operator API, behind the admin token"),
     )
 )]

@@ -5,12 +5,18 @@
 //! validation and state rules before it has any effect.
 
 pub mod auth;
+pub mod customers;
 pub mod events;
+pub mod idempotency;
+pub mod maintenance;
+pub mod orders;
 pub mod pagination;
 pub mod plugins;
+pub mod products;
 pub mod ratelimit;
 pub mod scopes;
 pub mod stores;
+pub mod validate;
 
 use std::ops::Deref;
 use std::sync::Arc;

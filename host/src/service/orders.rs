@@ -1,0 +1,987 @@
+//! Orders: line items, payment, fulfilments, refunds, cancellation.
+//!
+//! Three statuses, as Shopify's users know them:
+//! - `status`: `draft` → `open` (`POST /v1/orders/{id}/complete`) → `cancelled`
+//!   (`POST /v1/orders/{id}/cancel`; a draft or an open order with nothing shipped);
+//! - `financial_status`: `pending` → `paid` (the payment gateway confirms, through the operator
+//!   API) → `partially_refunded` → `refunded`;
+//! - `fulfillment_status`: `unfulfilled` → `partially_fulfilled` → `fulfilled`.
+//!
+//! A live (`open`) order takes its variants' stock when it is placed (or when a draft is
+//! completed); cancelling gives back what was not shipped. Refunds never exceed what was paid, and
+//! shipments never exceed what was ordered. Illegal transitions are 409 with a code.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use utoipa::{IntoParams, ToSchema};
+
+use super::Service;
+use super::auth::Actor;
+use super::customers::Customer;
+use super::events::StoreRef;
+use super::pagination::{Listing, Page, PageRequest};
+use super::products::StockChange;
+use super::scopes::{EventType, Scope};
+use super::validate;
+use crate::error::{Error, Result};
+use crate::ids::{
+    CustomerId, FulfillmentId, LineItemId, OrderId, ProductId, RefundId, StoreId, VariantId,
+};
+use crate::storage::Tx;
+
+/// Lifecycle of an order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OrderStatus {
+    /// Being prepared; takes no stock and cannot be paid or shipped.
+    Draft,
+    /// Placed.
+    Open,
+    /// Cancelled.
+    Cancelled,
+}
+
+/// Payment state of an order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FinancialStatus {
+    /// Not paid yet.
+    Pending,
+    /// Paid in full.
+    Paid,
+    /// Some of the payment was refunded.
+    PartiallyRefunded,
+    /// All of the payment was refunded.
+    Refunded,
+}
+
+/// Shipping state of an order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FulfillmentStatus {
+    /// Nothing shipped.
+    Unfulfilled,
+    /// Some items shipped.
+    PartiallyFulfilled,
+    /// Every item shipped.
+    Fulfilled,
+}
+
+/// One line of an order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct LineItem {
+    /// Line item id (`li_…`).
+    pub id: LineItemId,
+    /// The variant bought, for catalogue items.
+    pub variant_id: Option<VariantId>,
+    /// The variant's product, for catalogue items.
+    pub product_id: Option<ProductId>,
+    /// What was bought.
+    pub title: String,
+    /// The variant's SKU at the time of the order.
+    pub sku: Option<String>,
+    /// Units ordered.
+    pub quantity: i64,
+    /// Price of one unit, minor units.
+    pub unit_price: i64,
+    /// `unit_price × quantity`.
+    pub total: i64,
+    /// Units shipped so far.
+    pub fulfilled_quantity: i64,
+    /// Units refunded so far.
+    pub refunded_quantity: i64,
+}
+
+/// A quantity of one line item.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LineQuantity {
+    /// The line item.
+    pub line_item_id: LineItemId,
+    /// Units (at least 1).
+    pub quantity: i64,
+}
+
+/// A shipment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Fulfillment {
+    /// Fulfilment id (`ful_…`).
+    pub id: FulfillmentId,
+    /// What was shipped.
+    pub line_items: Vec<LineQuantity>,
+    /// Carrier's tracking number.
+    pub tracking_number: Option<String>,
+    /// Carrier.
+    pub carrier: Option<String>,
+    /// When it shipped.
+    #[serde(with = "crate::clock::api_ts")]
+    #[schema(value_type = String)]
+    pub created_at: Timestamp,
+}
+
+/// A refund.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Refund {
+    /// Refund id (`ref_…`).
+    pub id: RefundId,
+    /// Money returned, minor units of the order's currency.
+    pub amount: i64,
+    /// Items refunded (may be empty for a money-only refund).
+    pub line_items: Vec<LineQuantity>,
+    /// Why.
+    pub reason: Option<String>,
+    /// When it was issued.
+    #[serde(with = "crate::clock::api_ts")]
+    #[schema(value_type = String)]
+    pub created_at: Timestamp,
+}
+
+/// An order with its line items, fulfilments and refunds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Order {
+    /// Order id (`ord_…`).
+    pub id: OrderId,
+    /// Draft, open or cancelled.
+    pub status: OrderStatus,
+    /// Payment state.
+    pub financial_status: FinancialStatus,
+    /// Shipping state.
+    pub fulfillment_status: FulfillmentStatus,
+    /// ISO 4217 code of every amount of the order.
+    pub currency: String,
+    /// The buyer, when known.
+    pub customer_id: Option<CustomerId>,
+    /// The buyer's email (copied from the customer when not given).
+    pub email: Option<String>,
+    /// What was bought.
+    pub line_items: Vec<LineItem>,
+    /// Sum of line totals, minor units.
+    pub subtotal: i64,
+    /// What the buyer pays, minor units (equal to the subtotal: no tax or shipping lines yet).
+    pub total: i64,
+    /// Paid so far.
+    pub total_paid: i64,
+    /// Refunded so far (never more than `total_paid`).
+    pub total_refunded: i64,
+    /// Merchant's tags.
+    pub tags: Vec<String>,
+    /// Merchant's note.
+    pub note: Option<String>,
+    /// Free-form key/value data for plugins.
+    pub custom_fields: BTreeMap<String, String>,
+    /// Shipments.
+    pub fulfillments: Vec<Fulfillment>,
+    /// Refunds.
+    pub refunds: Vec<Refund>,
+    /// When it was created.
+    #[serde(with = "crate::clock::api_ts")]
+    #[schema(value_type = String)]
+    pub created_at: Timestamp,
+    /// When it last changed.
+    #[serde(with = "crate::clock::api_ts")]
+    #[schema(value_type = String)]
+    pub updated_at: Timestamp,
+    /// When payment was confirmed.
+    #[serde(default, with = "crate::clock::api_ts::option")]
+    #[schema(value_type = Option<String>)]
+    pub paid_at: Option<Timestamp>,
+    /// When it was cancelled.
+    #[serde(default, with = "crate::clock::api_ts::option")]
+    #[schema(value_type = Option<String>)]
+    pub cancelled_at: Option<Timestamp>,
+    /// Why it was cancelled.
+    pub cancel_reason: Option<String>,
+}
+
+impl Order {
+    /// Key of an order record.
+    pub fn key(store: &StoreId, id: &OrderId) -> String {
+        format!("order/{store}/{id}")
+    }
+
+    fn line_index(&self, id: &LineItemId) -> Option<usize> {
+        self.line_items.iter().position(|l| &l.id == id)
+    }
+
+    fn refresh_statuses(&mut self) {
+        let shipped: i64 = self.line_items.iter().map(|l| l.fulfilled_quantity).sum();
+        let all = self
+            .line_items
+            .iter()
+            .all(|l| l.fulfilled_quantity >= l.quantity);
+        self.fulfillment_status = if all {
+            FulfillmentStatus::Fulfilled
+        } else if shipped > 0 {
+            FulfillmentStatus::PartiallyFulfilled
+        } else {
+            FulfillmentStatus::Unfulfilled
+        };
+        if self.total_paid > 0 {
+            self.financial_status = if self.total_refunded >= self.total_paid {
+                FinancialStatus::Refunded
+            } else if self.total_refunded > 0 {
+                FinancialStatus::PartiallyRefunded
+            } else {
+                FinancialStatus::Paid
+            };
+        }
+    }
+}
+
+/// A line in `POST /v1/orders`: a catalogue variant, or a custom item with a title and price.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewLineItem {
+    /// A variant of the store (its title and price are used).
+    #[serde(default)]
+    pub variant_id: Option<VariantId>,
+    /// Title of a custom item (required without `variant_id`).
+    #[serde(default)]
+    pub title: Option<String>,
+    /// Unit price of a custom item, positive minor units (required without `variant_id`).
+    #[serde(default)]
+    pub unit_price: Option<i64>,
+    /// Units, 1 to 10 000.
+    pub quantity: i64,
+}
+
+/// Body of `POST /v1/orders`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateOrder {
+    /// `draft` or `open` (default `open`: a live order).
+    #[serde(default)]
+    pub status: Option<OrderStatus>,
+    /// ISO 4217 code; variants must be priced in it.
+    pub currency: String,
+    /// The buyer.
+    #[serde(default)]
+    pub customer_id: Option<CustomerId>,
+    /// The buyer's email.
+    #[serde(default)]
+    pub email: Option<String>,
+    /// 1 to 250 lines.
+    pub line_items: Vec<NewLineItem>,
+    /// Tags.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// Note.
+    #[serde(default)]
+    pub note: Option<String>,
+    /// Custom fields.
+    #[serde(default)]
+    pub custom_fields: BTreeMap<String, String>,
+}
+
+/// Body of `PATCH /v1/orders/{id}`: tags, note and custom fields only.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateOrder {
+    /// Replaces the tags.
+    #[serde(default)]
+    pub tags: Option<Vec<String>>,
+    /// Replaces the note (`""` clears it).
+    #[serde(default)]
+    pub note: Option<String>,
+    /// Merged into the custom fields; a `null` value removes the key.
+    #[serde(default)]
+    pub custom_fields: Option<BTreeMap<String, Option<String>>>,
+}
+
+/// Body of `POST /v1/orders/{id}/fulfillments`.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateFulfillment {
+    /// What ships; when absent, everything not yet shipped.
+    #[serde(default)]
+    pub line_items: Option<Vec<LineQuantity>>,
+    /// Tracking number.
+    #[serde(default)]
+    pub tracking_number: Option<String>,
+    /// Carrier.
+    #[serde(default)]
+    pub carrier: Option<String>,
+}
+
+/// Body of `POST /v1/orders/{id}/refunds`: money, items, or both.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateRefund {
+    /// Money to return; when absent, the value of `line_items`.
+    #[serde(default)]
+    pub amount: Option<i64>,
+    /// Items refunded.
+    #[serde(default)]
+    pub line_items: Vec<LineQuantity>,
+    /// Why.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// Body of `POST /v1/orders/{id}/cancel`.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CancelOrder {
+    /// Why (`customer`, `fraud`, `inventory`, …).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// A payment confirmation from the gateway (operator API).
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConfirmPayment {
+    /// Amount captured, minor units; must be the order's total.
+    pub amount: i64,
+    /// Currency captured; must be the order's.
+    pub currency: String,
+}
+
+/// Filters of `GET /v1/orders`.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct OrderFilter {
+    /// Only orders with this status.
+    pub status: Option<OrderStatus>,
+    /// Only orders with this payment state.
+    pub financial_status: Option<FinancialStatus>,
+    /// Only orders with this shipping state.
+    pub fulfillment_status: Option<FulfillmentStatus>,
+    /// Only orders of this customer.
+    pub customer_id: Option<CustomerId>,
+    /// Only orders created at or after this time (RFC 3339).
+    pub created_at_min: Option<String>,
+    /// Only orders created before this time (RFC 3339).
+    pub created_at_max: Option<String>,
+    /// Items per page, 1 to 250; 50 when absent.
+    pub limit: Option<String>,
+    /// The `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+fn parse_time(field: &str, value: Option<&str>) -> Result<Option<Timestamp>> {
+    value
+        .map(|v| {
+            v.parse::<Timestamp>().map_err(|_| {
+                Error::invalid(
+                    field,
+                    format!("`{v}` is not an RFC 3339 time such as `2026-01-31T12:00:00Z`"),
+                )
+            })
+        })
+        .transpose()
+}
+
+fn invalid_transition(message: impl Into<String>) -> Error {
+    Error::conflict("invalid_transition", message)
+}
+
+fn order_data(order: &Order) -> serde_json::Value {
+    json!({ "order": order })
+}
+
+/// Checks a list of line quantities against an order; returns (index into order lines, qty).
+fn resolve_lines(order: &Order, lines: &[LineQuantity], field: &str) -> Result<Vec<(usize, i64)>> {
+    let mut out: Vec<(usize, i64)> = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let idx = order.line_index(&line.line_item_id).ok_or_else(|| {
+            Error::invalid(
+                format!("{field}[{i}].line_item_id"),
+                format!("order has no line item `{}`", line.line_item_id),
+            )
+        })?;
+        if line.quantity < 1 {
+            return Err(Error::invalid(
+                format!("{field}[{i}].quantity"),
+                "must be at least 1",
+            ));
+        }
+        match out.iter_mut().find(|(j, _)| *j == idx) {
+            Some((_, q)) => *q += line.quantity,
+            None => out.push((idx, line.quantity)),
+        }
+    }
+    Ok(out)
+}
+
+impl Service {
+    /// Creates a draft or live order; fires `order.created`. A live order takes stock.
+    pub fn create_order(&self, actor: &Actor, input: CreateOrder) -> Result<Order> {
+        actor.require(Scope::OrdersWrite)?;
+        validate::currency("currency", &input.currency)?;
+        if let Some(email) = &input.email {
+            validate::email("email", email)?;
+        }
+        validate::tags("tags", &input.tags)?;
+        validate::opt_text("note", input.note.as_deref(), 5000)?;
+        validate::custom_fields("custom_fields", &input.custom_fields)?;
+        if input.line_items.is_empty() || input.line_items.len() > 250 {
+            return Err(Error::invalid(
+                "line_items",
+                "an order has 1 to 250 line items",
+            ));
+        }
+        for (i, line) in input.line_items.iter().enumerate() {
+            let f = |name: &str| format!("line_items[{i}].{name}");
+            if !(1..=10_000).contains(&line.quantity) {
+                return Err(Error::invalid(f("quantity"), "must be from 1 to 10000"));
+            }
+            if line.variant_id.is_none() {
+                let title = line.title.as_deref().ok_or_else(|| {
+                    Error::invalid(
+                        f("title"),
+                        "a custom line item needs a title (or give a variant_id)",
+                    )
+                })?;
+                validate::text(&f("title"), title, 1, 255)?;
+                let price = line.unit_price.ok_or_else(|| {
+                    Error::invalid(
+                        f("unit_price"),
+                        "a custom line item needs a unit_price (or give a variant_id)",
+                    )
+                })?;
+                validate::positive_amount(&f("unit_price"), price)?;
+            } else if line.title.is_some() || line.unit_price.is_some() {
+                return Err(Error::invalid(
+                    f("variant_id"),
+                    "give either a variant_id or a custom title and unit_price, not both",
+                ));
+            }
+        }
+        let status = input.status.unwrap_or(OrderStatus::Open);
+        if status == OrderStatus::Cancelled {
+            return Err(Error::invalid("status", "a new order is `draft` or `open`"));
+        }
+        let now = self.now();
+        let store = actor.store_id();
+        self.db.tx(|tx| {
+            let mut email = input.email.clone();
+            if let Some(customer_id) = &input.customer_id {
+                let customer: Customer =
+                    tx.read(&Customer::key(store, customer_id))?
+                        .ok_or_else(|| {
+                            Error::invalid(
+                                "customer_id",
+                                format!("no customer `{customer_id}` in this store"),
+                            )
+                        })?;
+                if email.is_none() {
+                    email = customer.email;
+                }
+            }
+            let mut lines = Vec::with_capacity(input.line_items.len());
+            for (i, line) in input.line_items.iter().enumerate() {
+                let (variant_id, product_id, title, sku, unit_price) = match &line.variant_id {
+                    Some(variant_id) => {
+                        let (variant, product_title) = self.find_variant(
+                            tx,
+                            store,
+                            variant_id,
+                            &format!("line_items[{i}].variant_id"),
+                        )?;
+                        if variant.currency != input.currency {
+                            return Err(Error::invalid(
+                                format!("line_items[{i}].variant_id"),
+                                format!(
+                                    "the variant is priced in {}, the order in {}",
+                                    variant.currency, input.currency
+                                ),
+                            ));
+                        }
+                        let title = if variant.title == "Default" {
+                            product_title
+                        } else {
+                            format!("{product_title} - {}", variant.title)
+                        };
+                        (
+                            Some(variant.id),
+                            Some(variant.product_id),
+                            title,
+                            variant.sku,
+                            variant.price,
+                        )
+                    }
+                    None => (
+                        None,
+                        None,
+                        line.title.clone().unwrap_or_default(),
+                        None,
+                        line.unit_price.unwrap_or_default(),
+                    ),
+                };
+                let total = unit_price.checked_mul(line.quantity).ok_or_else(|| {
+                    Error::invalid(
+                        format!("line_items[{i}].quantity"),
+                        "the line total is too large",
+                    )
+                })?;
+                lines.push(LineItem {
+                    id: LineItemId::generate(now),
+                    variant_id,
+                    product_id,
+                    title,
+                    sku,
+                    quantity: line.quantity,
+                    unit_price,
+                    total,
+                    fulfilled_quantity: 0,
+                    refunded_quantity: 0,
+                });
+            }
+            let subtotal = lines
+                .iter()
+                .try_fold(0i64, |acc, l| acc.checked_add(l.total))
+                .ok_or_else(|| Error::invalid("line_items", "the order total is too large"))?;
+            let order = Order {
+                id: OrderId::generate(now),
+                status,
+                financial_status: FinancialStatus::Pending,
+                fulfillment_status: FulfillmentStatus::Unfulfilled,
+                currency: input.currency.clone(),
+                customer_id: input.customer_id.clone(),
+                email,
+                line_items: lines,
+                subtotal,
+                total: subtotal,
+                total_paid: 0,
+                total_refunded: 0,
+                tags: input.tags.clone(),
+                note: input.note.clone(),
+                custom_fields: input.custom_fields.clone(),
+                fulfillments: Vec::new(),
+                refunds: Vec::new(),
+                created_at: now,
+                updated_at: now,
+                paid_at: None,
+                cancelled_at: None,
+                cancel_reason: None,
+            };
+            if status == OrderStatus::Open {
+                self.take_stock(tx, actor, &order, now)?;
+            }
+            tx.write(&Order::key(store, &order.id), &order)?;
+            tx.emit(
+                &actor.store,
+                EventType::OrderCreated,
+                order_data(&order),
+                now,
+            )?;
+            Ok(order)
+        })
+    }
+
+    fn find_variant(
+        &self,
+        tx: &mut Tx<'_>,
+        store: &StoreId,
+        id: &VariantId,
+        field: &str,
+    ) -> Result<(super::products::Variant, String)> {
+        let missing = || Error::invalid(field, format!("no variant `{id}` in this store"));
+        let product_id: ProductId = tx
+            .read(&format!("variant/{store}/{id}"))?
+            .ok_or_else(missing)?;
+        let product: super::products::Product = tx
+            .read(&super::products::Product::key(store, &product_id))?
+            .ok_or_else(missing)?;
+        let variant = product.variant(id).cloned().ok_or_else(missing)?;
+        Ok((variant, product.title))
+    }
+
+    fn take_stock(
+        &self,
+        tx: &mut Tx<'_>,
+        actor: &Actor,
+        order: &Order,
+        now: Timestamp,
+    ) -> Result<()> {
+        for (i, line) in order.line_items.iter().enumerate() {
+            if let Some(variant) = &line.variant_id {
+                self.apply_stock(
+                    tx,
+                    actor,
+                    variant,
+                    StockChange::Delta(-line.quantity),
+                    &format!("line_items[{i}].quantity"),
+                    Some("order"),
+                    now,
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// An order of the actor's store, with line items.
+    pub fn order(&self, actor: &Actor, id: &OrderId) -> Result<Order> {
+        actor.require(Scope::OrdersRead)?;
+        self.db
+            .read(&Order::key(actor.store_id(), id))?
+            .ok_or_else(|| Error::not_found("order", id))
+    }
+
+    /// Orders, newest first, filtered.
+    pub fn list_orders(
+        &self,
+        actor: &Actor,
+        filter: &OrderFilter,
+        page: &PageRequest,
+    ) -> Result<Page<Order>> {
+        actor.require(Scope::OrdersRead)?;
+        let min = parse_time("created_at_min", filter.created_at_min.as_deref())?;
+        let max = parse_time("created_at_max", filter.created_at_max.as_deref())?;
+        let prefix = format!("order/{}/", actor.store_id());
+        let list_id = format!(
+            "{prefix}?{:?}/{:?}/{:?}/{:?}/{min:?}/{max:?}",
+            filter.status, filter.financial_status, filter.fulfillment_status, filter.customer_id
+        );
+        Listing {
+            prefix: &prefix,
+            list_id: &list_id,
+            newest_first: true,
+        }
+        .page(&self.db, &self.cursors, page, |o: &Order| {
+            filter.status.is_none_or(|s| o.status == s)
+                && filter
+                    .financial_status
+                    .is_none_or(|s| o.financial_status == s)
+                && filter
+                    .fulfillment_status
+                    .is_none_or(|s| o.fulfillment_status == s)
+                && filter
+                    .customer_id
+                    .as_ref()
+                    .is_none_or(|c| o.customer_id.as_ref() == Some(c))
+                && min.is_none_or(|m| o.created_at >= m)
+                && max.is_none_or(|m| o.created_at < m)
+        })
+    }
+
+    /// Runs `change` on an order in one transaction and writes it back.
+    fn with_order<R>(
+        &self,
+        actor: &Actor,
+        id: &OrderId,
+        mut change: impl FnMut(&mut Tx<'_>, &mut Order, Timestamp) -> Result<R>,
+    ) -> Result<(Order, R)> {
+        actor.require(Scope::OrdersWrite)?;
+        let now = self.now();
+        let key = Order::key(actor.store_id(), id);
+        self.db.tx(|tx| {
+            let mut order: Order = tx
+                .read(&key)?
+                .ok_or_else(|| Error::not_found("order", id))?;
+            let out = change(tx, &mut order, now)?;
+            tx.write(&key, &order)?;
+            Ok((order, out))
+        })
+    }
+
+    /// Updates tags, note and custom fields. Fires no event (none is defined for it).
+    pub fn update_order(&self, actor: &Actor, id: &OrderId, patch: UpdateOrder) -> Result<Order> {
+        if let Some(tags) = &patch.tags {
+            validate::tags("tags", tags)?;
+        }
+        validate::opt_text("note", patch.note.as_deref(), 5000)?;
+        self.with_order(actor, id, |_, order, now| {
+            if let Some(tags) = &patch.tags {
+                order.tags.clone_from(tags);
+            }
+            if let Some(note) = &patch.note {
+                order.note = (!note.is_empty()).then(|| note.clone());
+            }
+            if let Some(fields) = &patch.custom_fields {
+                for (key, value) in fields {
+                    match value {
+                        Some(v) => order.custom_fields.insert(key.clone(), v.clone()),
+                        None => order.custom_fields.remove(key),
+                    };
+                }
+                validate::custom_fields("custom_fields", &order.custom_fields)?;
+            }
+            order.updated_at = now;
+            Ok(())
+        })
+        .map(|(order, ())| order)
+    }
+
+    /// Places a draft: it becomes `open` and takes stock.
+    pub fn complete_order(&self, actor: &Actor, id: &OrderId) -> Result<Order> {
+        self.with_order(actor, id, |tx, order, now| {
+            if order.status != OrderStatus::Draft {
+                return Err(invalid_transition(
+                    format!(
+                        "only a draft can be completed; this order is {:?}",
+                        order.status
+                    )
+                    .to_lowercase(),
+                ));
+            }
+            order.status = OrderStatus::Open;
+            order.updated_at = now;
+            self.take_stock(tx, actor, order, now)
+        })
+        .map(|(order, ())| order)
+    }
+
+    /// Cancels a draft or an open order with nothing shipped; gives back unshipped stock and
+    /// fires `order.cancelled`. Money is returned with refunds, not here.
+    pub fn cancel_order(&self, actor: &Actor, id: &OrderId, input: CancelOrder) -> Result<Order> {
+        validate::opt_text("reason", input.reason.as_deref(), 255)?;
+        self.with_order(actor, id, |tx, order, now| {
+            if order.status == OrderStatus::Cancelled {
+                return Err(invalid_transition("the order is already cancelled"));
+            }
+            if order.fulfillment_status != FulfillmentStatus::Unfulfilled {
+                return Err(invalid_transition(
+                    "an order with shipped items cannot be cancelled",
+                ));
+            }
+            if order.status == OrderStatus::Open {
+                for line in &order.line_items {
+                    if let Some(variant) = &line.variant_id {
+                        // A variant deleted since would fail the whole cancel; none can be deleted today.
+                        self.apply_stock(
+                            tx,
+                            actor,
+                            variant,
+                            StockChange::Delta(line.quantity),
+                            "line_items",
+                            Some("order_cancelled"),
+                            now,
+                        )?;
+                    }
+                }
+            }
+            order.status = OrderStatus::Cancelled;
+            order.cancelled_at = Some(now);
+            order.cancel_reason.clone_from(&input.reason);
+            order.updated_at = now;
+            tx.emit(
+                &actor.store,
+                EventType::OrderCancelled,
+                order_data(order),
+                now,
+            )?;
+            Ok(())
+        })
+        .map(|(order, ())| order)
+    }
+
+    /// Ships items; fires `order.fulfilled` when every item has shipped.
+    pub fn fulfill_order(
+        &self,
+        actor: &Actor,
+        id: &OrderId,
+        input: CreateFulfillment,
+    ) -> Result<(Order, Fulfillment)> {
+        validate::opt_text("tracking_number", input.tracking_number.as_deref(), 255)?;
+        validate::opt_text("carrier", input.carrier.as_deref(), 255)?;
+        if input.line_items.as_ref().is_some_and(Vec::is_empty) {
+            return Err(Error::invalid(
+                "line_items",
+                "name at least one line item, or leave it out to ship everything",
+            ));
+        }
+        self.with_order(actor, id, |tx, order, now| {
+            match order.status {
+                OrderStatus::Cancelled => {
+                    return Err(Error::conflict(
+                        "order_cancelled",
+                        "a cancelled order cannot be fulfilled",
+                    ));
+                }
+                OrderStatus::Draft => {
+                    return Err(invalid_transition(
+                        "a draft cannot be fulfilled; complete it first",
+                    ));
+                }
+                OrderStatus::Open => {}
+            }
+            let lines: Vec<(usize, i64)> = match &input.line_items {
+                Some(lines) => resolve_lines(order, lines, "line_items")?,
+                None => order
+                    .line_items
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, l)| l.quantity > l.fulfilled_quantity)
+                    .map(|(i, l)| (i, l.quantity - l.fulfilled_quantity))
+                    .collect(),
+            };
+            if lines.is_empty() {
+                return Err(invalid_transition(
+                    "every item of the order has already shipped",
+                ));
+            }
+            for (k, (idx, qty)) in lines.iter().enumerate() {
+                let line = &order.line_items[*idx];
+                let left = line.quantity - line.fulfilled_quantity;
+                if *qty > left {
+                    return Err(Error::Conflict {
+                        code: "over_fulfillment",
+                        message: format!(
+                            "line item `{}` has {left} unit(s) left to ship; cannot ship {qty}",
+                            line.id
+                        ),
+                        field: Some(format!("line_items[{k}].quantity")),
+                    });
+                }
+            }
+            let was_fulfilled = order.fulfillment_status == FulfillmentStatus::Fulfilled;
+            for (idx, qty) in &lines {
+                order.line_items[*idx].fulfilled_quantity += qty;
+            }
+            let fulfillment = Fulfillment {
+                id: FulfillmentId::generate(now),
+                line_items: lines
+                    .iter()
+                    .map(|(idx, qty)| LineQuantity {
+                        line_item_id: order.line_items[*idx].id.clone(),
+                        quantity: *qty,
+                    })
+                    .collect(),
+                tracking_number: input.tracking_number.clone(),
+                carrier: input.carrier.clone(),
+                created_at: now,
+            };
+            order.fulfillments.push(fulfillment.clone());
+            order.refresh_statuses();
+            order.updated_at = now;
+            if !was_fulfilled && order.fulfillment_status == FulfillmentStatus::Fulfilled {
+                tx.emit(
+                    &actor.store,
+                    EventType::OrderFulfilled,
+                    order_data(order),
+                    now,
+                )?;
+            }
+            Ok(fulfillment)
+        })
+    }
+
+    /// Refunds money or items; never more than was paid, nor more items than were bought. Fires
+    /// `order.refunded`.
+    pub fn refund_order(
+        &self,
+        actor: &Actor,
+        id: &OrderId,
+        input: CreateRefund,
+    ) -> Result<(Order, Refund)> {
+        validate::opt_text("reason", input.reason.as_deref(), 255)?;
+        if input.amount.is_none() && input.line_items.is_empty() {
+            return Err(Error::invalid(
+                "amount",
+                "give an amount, line_items, or both",
+            ));
+        }
+        if let Some(amount) = input.amount {
+            validate::positive_amount("amount", amount)?;
+        }
+        self.with_order(actor, id, |tx, order, now| {
+            if order.total_paid == 0 {
+                return Err(Error::conflict(
+                    "not_paid",
+                    "the order has not been paid; there is nothing to refund",
+                ));
+            }
+            let lines = resolve_lines(order, &input.line_items, "line_items")?;
+            let mut items_value = 0i64;
+            for (k, (idx, qty)) in lines.iter().enumerate() {
+                let line = &order.line_items[*idx];
+                let left = line.quantity - line.refunded_quantity;
+                if *qty > left {
+                    return Err(Error::Conflict {
+                        code: "refund_exceeds_items",
+                        message: format!(
+                            "line item `{}` has {left} unit(s) left to refund; cannot refund {qty}",
+                            line.id
+                        ),
+                        field: Some(format!("line_items[{k}].quantity")),
+                    });
+                }
+                items_value += line.unit_price * qty;
+            }
+            let amount = input.amount.unwrap_or(items_value);
+            let refundable = order.total_paid - order.total_refunded;
+            if amount > refundable {
+                return Err(Error::Conflict {
+                    code: "refund_exceeds_paid",
+                    message: format!(
+                        "at most {refundable} {} can still be refunded; asked for {amount}",
+                        order.currency
+                    ),
+                    field: Some("amount".into()),
+                });
+            }
+            for (idx, qty) in &lines {
+                order.line_items[*idx].refunded_quantity += qty;
+            }
+            let refund = Refund {
+                id: RefundId::generate(now),
+                amount,
+                line_items: lines
+                    .iter()
+                    .map(|(idx, qty)| LineQuantity {
+                        line_item_id: order.line_items[*idx].id.clone(),
+                        quantity: *qty,
+                    })
+                    .collect(),
+                reason: input.reason.clone(),
+                created_at: now,
+            };
+            order.total_refunded += amount;
+            order.refunds.push(refund.clone());
+            order.refresh_statuses();
+            order.updated_at = now;
+            tx.emit(
+                &actor.store,
+                EventType::OrderRefunded,
+                json!({ "order": &*order, "refund": &refund }),
+                now,
+            )?;
+            Ok(refund)
+        })
+    }
+
+    /// The payment gateway confirms payment of an open order (operator API); fires `order.paid`
+    /// with `data.order {id, total, currency}`.
+    pub fn confirm_payment(
+        &self,
+        store: &StoreRef,
+        id: &OrderId,
+        input: &ConfirmPayment,
+    ) -> Result<Order> {
+        let now = self.now();
+        let key = Order::key(&store.id, id);
+        self.db.tx(|tx| {
+            let mut order: Order = tx.read(&key)?.ok_or_else(|| Error::not_found("order", id))?;
+            match (order.status, order.financial_status) {
+                (OrderStatus::Draft, _) => return Err(invalid_transition("a draft cannot be paid; complete it first")),
+                (OrderStatus::Cancelled, _) => return Err(Error::conflict("order_cancelled", "a cancelled order cannot be paid")),
+                (_, FinancialStatus::Pending) => {}
+                _ => return Err(invalid_transition("the order is already paid")),
+            }
+            if input.currency != order.currency {
+                return Err(Error::invalid("currency", format!("the order is in {}", order.currency)));
+            }
+            if input.amount != order.total {
+                return Err(Error::invalid("amount", format!("the payment must be the order total, {}", order.total)));
+            }
+            order.total_paid = input.amount;
+            order.paid_at = Some(now);
+            order.refresh_statuses();
+            order.updated_at = now;
+            tx.write(&key, &order)?;
+            tx.emit(
+                store,
+                EventType::OrderPaid,
+                json!({ "order": { "id": &order.id, "total": order.total, "currency": &order.currency } }),
+                now,
+            )?;
+            Ok(order)
+        })
+    }
+}

@@ -1,0 +1,726 @@
+//! Products, their variants, and stock.
+//!
+//! A product is created as `draft` or `active`; it is *published* the first time it is active,
+//! which fires `product.created`. A change of title, media, a variant's price, or the variants
+//! themselves fires `product.updated` (for published products). Stock lives on variants; crossing
+//! zero or the variant's low-stock threshold, in either direction, fires
+//! `product.inventory.updated`. Stock never goes below zero.
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use utoipa::{IntoParams, ToSchema};
+
+use super::Service;
+use super::auth::Actor;
+use super::pagination::{Listing, Page, PageRequest};
+use super::scopes::{EventType, Scope};
+use super::validate;
+use crate::error::{Error, Result};
+use crate::ids::{ProductId, StoreId, VariantId};
+use crate::storage::Tx;
+
+/// Whether a product is visible to buyers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ProductStatus {
+    /// Not yet published.
+    Draft,
+    /// Published and for sale.
+    Active,
+    /// Withdrawn from sale.
+    Archived,
+}
+
+/// An image or video of a product.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Media {
+    /// Where the file is (http or https URL).
+    pub url: String,
+    /// Alternative text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alt: Option<String>,
+}
+
+/// A purchasable version of a product: its own price, SKU and stock.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Variant {
+    /// Variant id (`var_…`).
+    pub id: VariantId,
+    /// Its product.
+    pub product_id: ProductId,
+    /// E.g. `Large / Blue`.
+    pub title: String,
+    /// Stock keeping unit, when the merchant uses them.
+    pub sku: Option<String>,
+    /// Unit price in minor units of `currency` (e.g. cents); always positive.
+    pub price: i64,
+    /// ISO 4217 code.
+    pub currency: String,
+    /// Units in stock; never negative.
+    pub inventory_quantity: i64,
+    /// Stock at or below which the variant is "low"; crossing it fires `product.inventory.updated`.
+    pub low_stock_threshold: Option<i64>,
+    /// When it was added.
+    #[serde(with = "crate::clock::api_ts")]
+    #[schema(value_type = String)]
+    pub created_at: Timestamp,
+}
+
+/// A product with its variants.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Product {
+    /// Product id (`prod_…`).
+    pub id: ProductId,
+    /// Name shown to buyers.
+    pub title: String,
+    /// Long description (plain text or HTML).
+    pub description: Option<String>,
+    /// Draft, active or archived.
+    pub status: ProductStatus,
+    /// Who makes it.
+    pub vendor: Option<String>,
+    /// Merchant's tags.
+    pub tags: Vec<String>,
+    /// Images and videos.
+    pub media: Vec<Media>,
+    /// Purchasable versions; at least one.
+    pub variants: Vec<Variant>,
+    /// When it was first published (became active); null while never published.
+    #[serde(default, with = "crate::clock::api_ts::option")]
+    #[schema(value_type = Option<String>)]
+    pub published_at: Option<Timestamp>,
+    /// When it was created.
+    #[serde(with = "crate::clock::api_ts")]
+    #[schema(value_type = String)]
+    pub created_at: Timestamp,
+    /// When it last changed.
+    #[serde(with = "crate::clock::api_ts")]
+    #[schema(value_type = String)]
+    pub updated_at: Timestamp,
+}
+
+impl Product {
+    /// Key of a product record.
+    pub fn key(store: &StoreId, id: &ProductId) -> String {
+        format!("product/{store}/{id}")
+    }
+
+    fn variant_index_key(store: &StoreId, id: &VariantId) -> String {
+        format!("variant/{store}/{id}")
+    }
+
+    /// The variant with `id`.
+    pub fn variant(&self, id: &VariantId) -> Option<&Variant> {
+        self.variants.iter().find(|v| &v.id == id)
+    }
+}
+
+/// A variant in a create request.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewVariant {
+    /// E.g. `Large / Blue`; defaults to `Default`.
+    #[serde(default)]
+    pub title: Option<String>,
+    /// Stock keeping unit.
+    #[serde(default)]
+    pub sku: Option<String>,
+    /// Unit price in minor units; must be positive.
+    pub price: i64,
+    /// ISO 4217 code.
+    pub currency: String,
+    /// Initial stock (default 0; not negative).
+    #[serde(default)]
+    pub inventory_quantity: i64,
+    /// Low-stock threshold (not negative).
+    #[serde(default)]
+    pub low_stock_threshold: Option<i64>,
+}
+
+/// Body of `POST /v1/products`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateProduct {
+    /// Name shown to buyers (1 to 255 characters).
+    pub title: String,
+    /// Long description (up to 65 535 characters).
+    #[serde(default)]
+    pub description: Option<String>,
+    /// `draft` or `active` (default `active`, which publishes it).
+    #[serde(default)]
+    pub status: Option<ProductStatus>,
+    /// Who makes it.
+    #[serde(default)]
+    pub vendor: Option<String>,
+    /// Tags (at most 50).
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// Images and videos (at most 20).
+    #[serde(default)]
+    pub media: Vec<Media>,
+    /// At least one, at most 100 variants.
+    pub variants: Vec<NewVariant>,
+}
+
+/// A change to one variant, in `PATCH /v1/products/{id}`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VariantPatch {
+    /// The variant to change.
+    pub id: VariantId,
+    /// New title.
+    #[serde(default)]
+    pub title: Option<String>,
+    /// New SKU.
+    #[serde(default)]
+    pub sku: Option<String>,
+    /// New price (positive minor units).
+    #[serde(default)]
+    pub price: Option<i64>,
+    /// New low-stock threshold.
+    #[serde(default)]
+    pub low_stock_threshold: Option<i64>,
+}
+
+/// Body of `PATCH /v1/products/{id}`: only the fields present change. Stock is changed with
+/// `POST /v1/inventory/adjust`, not here.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateProduct {
+    /// New title.
+    #[serde(default)]
+    pub title: Option<String>,
+    /// New description.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// New status (`active` publishes a draft).
+    #[serde(default)]
+    pub status: Option<ProductStatus>,
+    /// New vendor.
+    #[serde(default)]
+    pub vendor: Option<String>,
+    /// Replaces the tags.
+    #[serde(default)]
+    pub tags: Option<Vec<String>>,
+    /// Replaces the media.
+    #[serde(default)]
+    pub media: Option<Vec<Media>>,
+    /// Changes to existing variants.
+    #[serde(default)]
+    pub variants: Option<Vec<VariantPatch>>,
+}
+
+/// Body of `POST /v1/inventory/adjust`: exactly one of `delta` and `set`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AdjustInventory {
+    /// The variant whose stock changes.
+    pub variant_id: VariantId,
+    /// Add this many units (negative to remove).
+    #[serde(default)]
+    pub delta: Option<i64>,
+    /// Set the stock to this many units.
+    #[serde(default)]
+    pub set: Option<i64>,
+    /// Why (e.g. `restock`, `damaged`), kept in the event.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// The result of a stock change.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct InventoryLevel {
+    /// The product.
+    pub product_id: ProductId,
+    /// The variant.
+    pub variant_id: VariantId,
+    /// Stock before the change.
+    pub previous_quantity: i64,
+    /// Stock now.
+    pub inventory_quantity: i64,
+    /// Thresholds crossed by this change (empty when none).
+    pub crossed: Vec<ThresholdCrossing>,
+}
+
+/// A threshold crossed by a stock change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ThresholdCrossing {
+    /// `out_of_stock` (zero) or `low_stock` (the variant's threshold).
+    pub threshold: String,
+    /// The threshold's value.
+    pub value: i64,
+    /// `down` (stock fell to or below it) or `up` (stock rose above it).
+    pub direction: String,
+}
+
+/// Filters of `GET /v1/products`.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ProductFilter {
+    /// Only products with this status.
+    pub status: Option<ProductStatus>,
+    /// Items per page, 1 to 250; 50 when absent.
+    pub limit: Option<String>,
+    /// The `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+/// The thresholds crossed going from `before` to `after` stock.
+pub fn crossings(before: i64, after: i64, low: Option<i64>) -> Vec<ThresholdCrossing> {
+    let mut out = Vec::new();
+    let mut check = |name: &str, value: i64| {
+        let (was, is) = (before <= value, after <= value);
+        if was != is {
+            out.push(ThresholdCrossing {
+                threshold: name.to_owned(),
+                value,
+                direction: if is { "down" } else { "up" }.to_owned(),
+            });
+        }
+    };
+    check("out_of_stock", 0);
+    if let Some(low) = low.filter(|l| *l > 0) {
+        check("low_stock", low);
+    }
+    out
+}
+
+fn validate_media(field: &str, media: &[Media]) -> Result<()> {
+    if media.len() > 20 {
+        return Err(Error::invalid(field, "at most 20 media"));
+    }
+    for (i, m) in media.iter().enumerate() {
+        validate::http_url(&format!("{field}[{i}].url"), &m.url)?;
+        validate::opt_text(&format!("{field}[{i}].alt"), m.alt.as_deref(), 512)?;
+    }
+    Ok(())
+}
+
+fn validate_new_variant(field: &str, v: &NewVariant) -> Result<()> {
+    validate::opt_text(&format!("{field}.title"), v.title.as_deref(), 255)?;
+    validate::opt_text(&format!("{field}.sku"), v.sku.as_deref(), 64)?;
+    validate::positive_amount(&format!("{field}.price"), v.price)?;
+    validate::currency(&format!("{field}.currency"), &v.currency)?;
+    if v.inventory_quantity < 0 {
+        return Err(Error::invalid(
+            format!("{field}.inventory_quantity"),
+            "must not be negative",
+        ));
+    }
+    if v.low_stock_threshold.is_some_and(|t| t < 0) {
+        return Err(Error::invalid(
+            format!("{field}.low_stock_threshold"),
+            "must not be negative",
+        ));
+    }
+    Ok(())
+}
+
+impl Service {
+    fn build_variant(&self, product: &ProductId, v: &NewVariant, now: Timestamp) -> Variant {
+        Variant {
+            id: VariantId::generate(now),
+            product_id: product.clone(),
+            title: v.title.clone().unwrap_or_else(|| "Default".to_owned()),
+            sku: v.sku.clone(),
+            price: v.price,
+            currency: v.currency.clone(),
+            inventory_quantity: v.inventory_quantity,
+            low_stock_threshold: v.low_stock_threshold,
+            created_at: now,
+        }
+    }
+
+    /// Creates a product; `product.created` fires if it is created active (published).
+    pub fn create_product(&self, actor: &Actor, input: CreateProduct) -> Result<Product> {
+        actor.require(Scope::ProductsWrite)?;
+        validate::text("title", &input.title, 1, 255)?;
+        validate::opt_text("description", input.description.as_deref(), 65_535)?;
+        validate::opt_text("vendor", input.vendor.as_deref(), 255)?;
+        validate::tags("tags", &input.tags)?;
+        validate_media("media", &input.media)?;
+        if input.variants.is_empty() || input.variants.len() > 100 {
+            return Err(Error::invalid(
+                "variants",
+                "a product has 1 to 100 variants",
+            ));
+        }
+        for (i, v) in input.variants.iter().enumerate() {
+            validate_new_variant(&format!("variants[{i}]"), v)?;
+        }
+        let now = self.now();
+        let id = ProductId::generate(now);
+        let status = input.status.unwrap_or(ProductStatus::Active);
+        if status == ProductStatus::Archived {
+            return Err(Error::invalid(
+                "status",
+                "a new product is `draft` or `active`",
+            ));
+        }
+        let product = Product {
+            variants: input
+                .variants
+                .iter()
+                .map(|v| self.build_variant(&id, v, now))
+                .collect(),
+            id,
+            title: input.title,
+            description: input.description,
+            status,
+            vendor: input.vendor,
+            tags: input.tags,
+            media: input.media,
+            published_at: (status == ProductStatus::Active).then_some(now),
+            created_at: now,
+            updated_at: now,
+        };
+        let store = actor.store_id();
+        self.db.tx(|tx| {
+            tx.write(&Product::key(store, &product.id), &product)?;
+            for v in &product.variants {
+                tx.write(&Product::variant_index_key(store, &v.id), &product.id)?;
+            }
+            if product.published_at.is_some() {
+                tx.emit(
+                    &actor.store,
+                    EventType::ProductCreated,
+                    json!({ "product": &product }),
+                    now,
+                )?;
+            }
+            Ok(product.clone())
+        })
+    }
+
+    /// A product of the actor's store.
+    pub fn product(&self, actor: &Actor, id: &ProductId) -> Result<Product> {
+        actor.require(Scope::ProductsRead)?;
+        self.db
+            .read(&Product::key(actor.store_id(), id))?
+            .ok_or_else(|| Error::not_found("product", id))
+    }
+
+    /// Products with their variants, newest first.
+    pub fn list_products(
+        &self,
+        actor: &Actor,
+        filter: &ProductFilter,
+        page: &PageRequest,
+    ) -> Result<Page<Product>> {
+        actor.require(Scope::ProductsRead)?;
+        let prefix = format!("product/{}/", actor.store_id());
+        let list_id = format!("{prefix}?status={:?}", filter.status);
+        Listing {
+            prefix: &prefix,
+            list_id: &list_id,
+            newest_first: true,
+        }
+        .page(&self.db, &self.cursors, page, |p: &Product| {
+            filter.status.is_none_or(|s| p.status == s)
+        })
+    }
+
+    /// Changes a product. Publishing a draft fires `product.created`; a change of title, media,
+    /// a variant's price or title fires `product.updated` once published.
+    pub fn update_product(
+        &self,
+        actor: &Actor,
+        id: &ProductId,
+        patch: UpdateProduct,
+    ) -> Result<Product> {
+        actor.require(Scope::ProductsWrite)?;
+        if let Some(title) = &patch.title {
+            validate::text("title", title, 1, 255)?;
+        }
+        validate::opt_text("description", patch.description.as_deref(), 65_535)?;
+        validate::opt_text("vendor", patch.vendor.as_deref(), 255)?;
+        if let Some(tags) = &patch.tags {
+            validate::tags("tags", tags)?;
+        }
+        if let Some(media) = &patch.media {
+            validate_media("media", media)?;
+        }
+        for (i, v) in patch.variants.iter().flatten().enumerate() {
+            let field = |f: &str| format!("variants[{i}].{f}");
+            validate::opt_text(&field("title"), v.title.as_deref(), 255)?;
+            validate::opt_text(&field("sku"), v.sku.as_deref(), 64)?;
+            if let Some(price) = v.price {
+                validate::positive_amount(&field("price"), price)?;
+            }
+            if v.low_stock_threshold.is_some_and(|t| t < 0) {
+                return Err(Error::invalid(
+                    field("low_stock_threshold"),
+                    "must not be negative",
+                ));
+            }
+        }
+        let now = self.now();
+        let store = actor.store_id();
+        self.db.tx(|tx| {
+            let key = Product::key(store, id);
+            let mut product: Product = tx
+                .read(&key)?
+                .ok_or_else(|| Error::not_found("product", id))?;
+            let before = product.clone();
+            if let Some(title) = &patch.title {
+                product.title.clone_from(title);
+            }
+            if patch.description.is_some() {
+                product.description.clone_from(&patch.description);
+            }
+            if patch.vendor.is_some() {
+                product.vendor.clone_from(&patch.vendor);
+            }
+            if let Some(tags) = &patch.tags {
+                product.tags.clone_from(tags);
+            }
+            if let Some(media) = &patch.media {
+                product.media.clone_from(media);
+            }
+            for (i, change) in patch.variants.iter().flatten().enumerate() {
+                let variant = product
+                    .variants
+                    .iter_mut()
+                    .find(|v| v.id == change.id)
+                    .ok_or_else(|| {
+                        Error::invalid(
+                            format!("variants[{i}].id"),
+                            format!("product has no variant `{}`", change.id),
+                        )
+                    })?;
+                if let Some(title) = &change.title {
+                    variant.title.clone_from(title);
+                }
+                if change.sku.is_some() {
+                    variant.sku.clone_from(&change.sku);
+                }
+                if let Some(price) = change.price {
+                    variant.price = price;
+                }
+                if change.low_stock_threshold.is_some() {
+                    variant.low_stock_threshold = change.low_stock_threshold;
+                }
+            }
+            let mut published_now = false;
+            if let Some(status) = patch.status {
+                if status == ProductStatus::Draft && product.published_at.is_some() {
+                    return Err(Error::Conflict {
+                        code: "invalid_transition",
+                        message: "a published product cannot go back to draft; archive it instead"
+                            .into(),
+                        field: Some("status".into()),
+                    });
+                }
+                product.status = status;
+                if status == ProductStatus::Active && product.published_at.is_none() {
+                    product.published_at = Some(now);
+                    published_now = true;
+                }
+            }
+            if product == before {
+                return Ok(product);
+            }
+            product.updated_at = now;
+            tx.write(&key, &product)?;
+            if published_now {
+                tx.emit(
+                    &actor.store,
+                    EventType::ProductCreated,
+                    json!({ "product": &product }),
+                    now,
+                )?;
+            } else if product.published_at.is_some() && catalogue_changed(&before, &product) {
+                tx.emit(
+                    &actor.store,
+                    EventType::ProductUpdated,
+                    json!({ "product": &product }),
+                    now,
+                )?;
+            }
+            Ok(product)
+        })
+    }
+
+    /// Adds a variant; fires `product.updated` for a published product.
+    pub fn add_variant(&self, actor: &Actor, id: &ProductId, input: NewVariant) -> Result<Product> {
+        actor.require(Scope::ProductsWrite)?;
+        validate_new_variant("body", &input).map_err(|e| match e {
+            Error::Validation { field, message } => {
+                Error::invalid(field.trim_start_matches("body.").to_owned(), message)
+            }
+            other => other,
+        })?;
+        let now = self.now();
+        let store = actor.store_id();
+        self.db.tx(|tx| {
+            let key = Product::key(store, id);
+            let mut product: Product = tx
+                .read(&key)?
+                .ok_or_else(|| Error::not_found("product", id))?;
+            if product.variants.len() >= 100 {
+                return Err(Error::conflict(
+                    "too_many_variants",
+                    "a product has at most 100 variants",
+                ));
+            }
+            let variant = self.build_variant(id, &input, now);
+            tx.write(&Product::variant_index_key(store, &variant.id), id)?;
+            product.variants.push(variant);
+            product.updated_at = now;
+            tx.write(&key, &product)?;
+            if product.published_at.is_some() {
+                tx.emit(
+                    &actor.store,
+                    EventType::ProductUpdated,
+                    json!({ "product": &product }),
+                    now,
+                )?;
+            }
+            Ok(product)
+        })
+    }
+
+    /// Increments or sets a variant's stock; stock never goes below zero.
+    pub fn adjust_inventory(
+        &self,
+        actor: &Actor,
+        input: AdjustInventory,
+    ) -> Result<InventoryLevel> {
+        actor.require(Scope::ProductsWrite)?;
+        validate::opt_text("reason", input.reason.as_deref(), 255)?;
+        let change = match (input.delta, input.set) {
+            (Some(delta), None) => StockChange::Delta(delta),
+            (None, Some(set)) if set >= 0 => StockChange::Set(set),
+            (None, Some(_)) => return Err(Error::invalid("set", "must not be negative")),
+            _ => {
+                return Err(Error::invalid(
+                    "delta",
+                    "give exactly one of `delta` and `set`",
+                ));
+            }
+        };
+        let now = self.now();
+        self.db.tx(|tx| {
+            // The variant is the resource acted on: another store's (or no) variant is not found.
+            if tx
+                .read::<ProductId>(&Product::variant_index_key(
+                    actor.store_id(),
+                    &input.variant_id,
+                ))?
+                .is_none()
+            {
+                return Err(Error::not_found("variant", &input.variant_id));
+            }
+            let (level, _) = self.apply_stock(
+                tx,
+                actor,
+                &input.variant_id,
+                change,
+                "variant_id",
+                input.reason.as_deref(),
+                now,
+            )?;
+            Ok(level)
+        })
+    }
+
+    /// Changes stock inside a transaction (inventory adjust, orders, cancellations), firing
+    /// `product.inventory.updated` when a threshold is crossed.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn apply_stock(
+        &self,
+        tx: &mut Tx<'_>,
+        actor: &Actor,
+        variant_id: &VariantId,
+        change: StockChange,
+        field: &str,
+        reason: Option<&str>,
+        now: Timestamp,
+    ) -> Result<(InventoryLevel, Variant)> {
+        let store = actor.store_id();
+        let product_id: ProductId = tx
+            .read(&Product::variant_index_key(store, variant_id))?
+            .ok_or_else(|| {
+                Error::invalid(field, format!("no variant `{variant_id}` in this store"))
+            })?;
+        let key = Product::key(store, &product_id);
+        let mut product: Product = tx
+            .read(&key)?
+            .ok_or_else(|| Error::not_found("product", &product_id))?;
+        let variant = product
+            .variants
+            .iter_mut()
+            .find(|v| &v.id == variant_id)
+            .ok_or_else(|| {
+                Error::invalid(field, format!("no variant `{variant_id}` in this store"))
+            })?;
+        let before = variant.inventory_quantity;
+        let after = match change {
+            StockChange::Delta(d) => before
+                .checked_add(d)
+                .ok_or_else(|| Error::invalid("delta", "out of range"))?,
+            StockChange::Set(s) => s,
+        };
+        if after < 0 {
+            return Err(Error::Conflict {
+                code: "insufficient_stock",
+                message: format!(
+                    "variant `{variant_id}` has {before} in stock; it cannot go below zero"
+                ),
+                field: Some(if field == "variant_id" {
+                    "delta".into()
+                } else {
+                    field.to_owned()
+                }),
+            });
+        }
+        variant.inventory_quantity = after;
+        let crossed = crossings(before, after, variant.low_stock_threshold);
+        let variant = variant.clone();
+        product.updated_at = now;
+        tx.write(&key, &product)?;
+        let level = InventoryLevel {
+            product_id: product_id.clone(),
+            variant_id: variant_id.clone(),
+            previous_quantity: before,
+            inventory_quantity: after,
+            crossed,
+        };
+        if !level.crossed.is_empty() {
+            tx.emit(
+                &actor.store,
+                EventType::ProductInventoryUpdated,
+                json!({
+                    "inventory": &level,
+                    "reason": reason,
+                    "product": &product,
+                }),
+                now,
+            )?;
+        }
+        Ok((level, variant))
+    }
+}
+
+/// A stock change.
+#[derive(Debug, Clone, Copy)]
+pub enum StockChange {
+    /// Add (or remove, when negative).
+    Delta(i64),
+    /// Set to a value.
+    Set(i64),
+}
+
+/// Whether a change is one buyers see in the catalogue: title, media, variants or prices.
+fn catalogue_changed(before: &Product, after: &Product) -> bool {
+    let shape = |p: &Product| -> Vec<(VariantId, String, Option<String>, i64)> {
+        p.variants
+            .iter()
+            .map(|v| (v.id.clone(), v.title.clone(), v.sku.clone(), v.price))
+            .collect()
+    };
+    before.title != after.title || before.media != after.media || shape(before) != shape(after)
+}
