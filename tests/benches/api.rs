@@ -59,19 +59,34 @@ where
     for task in tasks {
         latencies.extend(task.await.expect("task"));
     }
-    Figures { name, requests: latencies.len(), elapsed: start.elapsed(), latencies }
+    Figures {
+        name,
+        requests: latencies.len(),
+        elapsed: start.elapsed(),
+        latencies,
+    }
 }
 
 #[tokio::main]
 async fn main() {
-    let secs: u64 = std::env::var("BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
-    let concurrency: usize = std::env::var("BENCH_CONCURRENCY").ok().and_then(|s| s.parse().ok()).unwrap_or(16);
+    let secs: u64 = std::env::var("BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
+    let concurrency: usize = std::env::var("BENCH_CONCURRENCY")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(16);
 
-    let bare = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let bare = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let bare_url = format!("http://{}/bare", bare.local_addr().expect("addr"));
     let app = axum::Router::new().route(
         "/bare",
-        axum::routing::get(|| async { axum::Json(json!({"id": "ord_1", "total": 1250, "currency": "EUR"})) }),
+        axum::routing::get(|| async {
+            axum::Json(json!({"id": "ord_1", "total": 1250, "currency": "EUR"}))
+        }),
     );
     tokio::spawn(async move { axum::serve(bare, app).await });
 
@@ -93,17 +108,29 @@ async fn main() {
             .call(&token, Method::POST, "/v1/orders", Some(json!({"currency": "EUR", "line_items": [{"title": "Mug", "unit_price": 1250, "quantity": 2}]})))
             .await
             .expect(201);
-        let order_url = format!("{}/v1/orders/{}", host.base, order.body["id"].as_str().expect("id"));
+        let order_url = format!(
+            "{}/v1/orders/{}",
+            host.base,
+            order.body["id"].as_str().expect("id")
+        );
         let create_url = format!("{}/v1/orders", host.base);
         let client = reqwest::Client::new();
 
-        println!("\n== durable_writes = {durable}, {concurrency} concurrent clients, {secs} s each");
+        println!(
+            "\n== durable_writes = {durable}, {concurrency} concurrent clients, {secs} s each"
+        );
         if durable {
             let c = client.clone();
             let url = bare_url.clone();
             drive("bare axum handler (GET)", concurrency, secs, move || {
                 let (c, url) = (c.clone(), url.clone());
-                async move { c.get(url).send().await.map(|r| r.status().as_u16()).unwrap_or(599) }
+                async move {
+                    c.get(url)
+                        .send()
+                        .await
+                        .map(|r| r.status().as_u16())
+                        .unwrap_or(599)
+                }
             })
             .await
             .print();
@@ -111,7 +138,14 @@ async fn main() {
         let (c, t) = (client.clone(), token.clone());
         drive("GET /v1/orders/{id}", concurrency, secs, move || {
             let (c, t, url) = (c.clone(), t.clone(), order_url.clone());
-            async move { c.get(url).bearer_auth(t).send().await.map(|r| r.status().as_u16()).unwrap_or(599) }
+            async move {
+                c.get(url)
+                    .bearer_auth(t)
+                    .send()
+                    .await
+                    .map(|r| r.status().as_u16())
+                    .unwrap_or(599)
+            }
         })
         .await
         .print();

@@ -500,3 +500,52 @@ async fn the_openapi_document_describes_every_operation() {
     }
     assert!(doc.body["components"]["schemas"]["ErrorResponse"].is_object());
 }
+
+#[tokio::test]
+async fn the_merchant_configures_a_plugin_and_plugin_configured_fires() {
+    let host = TestHost::start().await;
+    let store = host.create_store("acme.example").await;
+    host.publish("tagger", &[]).await;
+    let (inst, token) = host.install(&store, "tagger").await;
+    let path = format!("/admin/v1/stores/{store}/installations/{inst}/settings");
+    let me = host
+        .call(&token, Method::GET, "/v1/installation", None)
+        .await
+        .expect(200);
+    assert_eq!(me.body["settings"], json!({}));
+
+    let reply = host
+        .admin(
+            Method::PUT,
+            &path,
+            Some(json!({"settings": {"tag": "vip", "threshold": 3}})),
+        )
+        .await
+        .expect(200);
+    assert_eq!(reply.body["settings"]["tag"], "vip");
+    host.admin(
+        Method::PUT,
+        &path,
+        Some(json!({"settings": {"tag": "vip", "threshold": 3}})),
+    )
+    .await
+    .expect(200);
+    let events = host.events(&store, "plugin.configured").await;
+    assert_eq!(events.len(), 1, "an unchanged configuration fires nothing");
+    assert_eq!(
+        events[0]["data"]["installation"]["settings"]["threshold"],
+        3
+    );
+    let me = host
+        .call(&token, Method::GET, "/v1/installation", None)
+        .await
+        .expect(200);
+    assert_eq!(me.body["settings"]["tag"], "vip");
+
+    let bad = host
+        .admin(Method::PUT, &path, Some(json!({"settings": [1, 2]})))
+        .await;
+    assert_error_format(&bad, 400, "validation_failed");
+    assert_eq!(bad.field(), "settings");
+    assert_eq!(host.events(&store, "plugin.installed").await.len(), 1);
+}

@@ -37,6 +37,10 @@ pub fn router() -> Router<AppState> {
             delete(uninstall).get(get_installation),
         )
         .route(
+            "/stores/{store_id}/installations/{id}/settings",
+            axum::routing::put(configure),
+        )
+        .route(
             "/stores/{store_id}/orders/{id}/payments",
             post(confirm_payment),
         )
@@ -280,5 +284,35 @@ pub async fn list_events(
         &store,
         filter.kind,
         &page,
+    )?))
+}
+
+/// Body of `PUT /admin/v1/stores/{store_id}/installations/{id}/settings`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Configure {
+    /// The plugin's settings, a JSON object (at most 64 KiB); replaces the previous ones.
+    #[schema(value_type = Object)]
+    pub settings: serde_json::Value,
+}
+
+/// Set the merchant's settings of an installation; `plugin.configured` fires when they change.
+#[utoipa::path(put, path = "/admin/v1/stores/{store_id}/installations/{id}/settings", tag = "operator",
+    request_body = Configure,
+    params(("store_id" = String, Path, description = "Store id"), ("id" = String, Path, description = "Installation id")),
+    security(("admin_token" = [])),
+    responses((status = 200, body = Installation), (status = 400, body = ErrorResponse), (status = 401, body = ErrorResponse),
+        (status = 404, body = ErrorResponse)))]
+pub async fn configure(
+    State(app): State<AppState>,
+    Path((store_id, id)): Path<(String, String)>,
+    Json(body): Json<Configure>,
+) -> Result<axum::Json<Installation>> {
+    let store: StoreId = path_id("store", &store_id)?;
+    let id: InstallationId = path_id("installation", &id)?;
+    Ok(axum::Json(app.service.configure(
+        &store,
+        &id,
+        body.settings,
     )?))
 }

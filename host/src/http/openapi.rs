@@ -25,7 +25,7 @@ and, when sent, must name the token's store (400 if malformed, 403 `store_mismat
         products::add_variant, products::adjust_inventory,
         customers::list_customers, customers::get_customer, customers::create_customer,
         customers::update_customer, customers::delete_customer,
-        admin::confirm_payment, admin::list_events,
+        admin::confirm_payment, admin::list_events, admin::configure,
         admin::create_store, admin::list_stores, admin::get_store, admin::update_store,
         admin::publish_plugin, admin::list_plugins, admin::get_plugin,
         admin::install, admin::list_installations, admin::get_installation, admin::uninstall,

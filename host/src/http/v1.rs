@@ -29,16 +29,22 @@ pub struct CurrentInstallation {
     pub plugin: String,
     /// The scopes the token carries.
     pub scopes: Vec<Scope>,
+    /// The merchant's settings for the plugin.
+    #[schema(value_type = Object)]
+    pub settings: serde_json::Value,
 }
 
-/// Who am I: the token's installation, store and scopes. Needs no scope.
+/// Who am I: the token's installation, store, scopes and settings. Needs no scope.
 #[utoipa::path(get, path = "/v1/installation", tag = "installation", security(("project_token" = [])),
     responses((status = 200, body = CurrentInstallation), (status = 401, body = ErrorResponse),
         (status = 403, body = ErrorResponse), (status = 429, body = ErrorResponse)))]
 pub async fn current_installation(
+    axum::extract::State(app): axum::extract::State<AppState>,
     Caller(actor): Caller,
 ) -> Result<axum::Json<CurrentInstallation>> {
+    let settings = app.service.own_settings(&actor)?;
     Ok(axum::Json(CurrentInstallation {
+        settings,
         id: actor.installation,
         store: actor.store,
         plugin: actor.plugin,

@@ -81,7 +81,18 @@ pub struct Installation {
     )]
     #[schema(value_type = Option<String>)]
     pub uninstalled_at: Option<Timestamp>,
+    /// The merchant's settings for this plugin (a JSON object; `{}` until configured).
+    #[serde(default = "empty_settings")]
+    #[schema(value_type = Object)]
+    pub settings: serde_json::Value,
 }
+
+fn empty_settings() -> serde_json::Value {
+    serde_json::Value::Object(serde_json::Map::new())
+}
+
+/// The largest settings object accepted, in bytes of JSON.
+pub const MAX_SETTINGS_BYTES: usize = 64 * 1024;
 
 impl Installation {
     /// Key of an installation record.
@@ -205,6 +216,7 @@ impl Service {
             status: InstallationStatus::Active,
             created_at: now,
             uninstalled_at: None,
+            settings: empty_settings(),
         };
         self.db.tx(|tx| {
             let by_plugin = Installation::by_plugin_key(store_id, &plugin.name);
@@ -286,5 +298,54 @@ impl Service {
             )?;
             Ok(installation)
         })
+    }
+}
+
+impl Service {
+    /// Replaces the merchant's settings of an installation; fires `plugin.configured` when they
+    /// change.
+    pub fn configure(
+        &self,
+        store_id: &StoreId,
+        id: &InstallationId,
+        settings: serde_json::Value,
+    ) -> Result<Installation> {
+        if !settings.is_object() {
+            return Err(Error::invalid("settings", "must be a JSON object"));
+        }
+        if serde_json::to_vec(&settings)?.len() > MAX_SETTINGS_BYTES {
+            return Err(Error::invalid(
+                "settings",
+                format!("must be at most {MAX_SETTINGS_BYTES} bytes of JSON"),
+            ));
+        }
+        let store = self.store(store_id)?;
+        let now = self.now();
+        self.db.tx(|tx| {
+            let key = Installation::key(store_id, id);
+            let mut installation: Installation = tx
+                .read(&key)?
+                .filter(|i: &Installation| i.status == InstallationStatus::Active)
+                .ok_or_else(|| Error::not_found("installation", id))?;
+            if installation.settings == settings {
+                return Ok(installation);
+            }
+            installation.settings = settings.clone();
+            tx.write(&key, &installation)?;
+            tx.emit(
+                &store.reference(),
+                EventType::PluginConfigured,
+                serde_json::json!({ "installation": &installation }),
+                now,
+            )?;
+            Ok(installation)
+        })
+    }
+
+    /// The settings of the actor's own installation.
+    pub fn own_settings(&self, actor: &super::Actor) -> Result<serde_json::Value> {
+        Ok(self
+            .installation(actor.store_id(), &actor.installation)?
+            .settings)
     }
 }
