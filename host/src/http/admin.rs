@@ -12,6 +12,7 @@ use super::extract::{Json, Query, path_id};
 use super::middleware::ErrorResponse;
 use crate::error::Result;
 use crate::ids::{InstallationId, StoreId};
+use crate::notify::MailRecord;
 use crate::service::pagination::{Page, PageParams, PageRequest};
 use crate::service::plugins::{Manifest, Plugin};
 use crate::service::ratelimit::RateLimits;
@@ -32,6 +33,7 @@ pub fn router() -> Router<AppState> {
             "/stores/{store_id}/installations/{id}",
             delete(uninstall).get(get_installation),
         )
+        .route("/mail", get(list_mail))
 }
 
 /// Body of `POST /admin/v1/stores`.
@@ -158,6 +160,8 @@ pub async fn get_plugin(
 }
 
 /// Install a plugin into a store. The response carries the project token, shown only this once.
+/// The manifest's `webhooks` are subscribed for the new installation; a URL that resolves to a
+/// non-public address the operator did not allow is 400 on `manifest.webhooks[i].url`.
 #[utoipa::path(post, path = "/admin/v1/stores/{store_id}/installations", tag = "operator",
     request_body = InstallPlugin, params(("store_id" = String, Path, description = "Store id")),
     security(("admin_token" = [])),
@@ -170,6 +174,7 @@ pub async fn install(
     Json(body): Json<InstallPlugin>,
 ) -> Result<(StatusCode, axum::Json<NewInstallation>)> {
     let id: StoreId = path_id("store", &store_id)?;
+    app.service.vet_manifest_webhooks(&body.plugin).await?;
     let installed = app.service.install(&id, &body.plugin)?;
     Ok((StatusCode::CREATED, axum::Json(installed)))
 }
@@ -216,4 +221,20 @@ pub async fn uninstall(
     let id: InstallationId = path_id("installation", &id)?;
     app.service.uninstall(&store, &id)?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// The host's own mail (webhook pause notices), newest first, with what became of each: `sent`
+/// through SMTP, `failed` (with the error), or `outbox` when no SMTP server is configured
+/// (`COMMERCE_HOST_SMTP_URL`) and the operator forwards it.
+#[utoipa::path(get, path = "/admin/v1/mail", tag = "operator", params(PageParams),
+    security(("admin_token" = [])),
+    responses((status = 200, body = Page<MailRecord>), (status = 400, body = ErrorResponse), (status = 401, body = ErrorResponse)))]
+pub async fn list_mail(
+    State(app): State<AppState>,
+    Query(params): Query<PageParams>,
+) -> Result<axum::Json<Page<MailRecord>>> {
+    let page = PageRequest::parse(&params)?;
+    Ok(axum::Json(
+        app.service.mailer.list(&app.service.cursors, &page)?,
+    ))
 }

@@ -6,6 +6,7 @@ pub mod extract;
 pub mod middleware;
 pub mod openapi;
 pub mod v1;
+pub mod webhooks;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -28,6 +29,7 @@ pub struct AppState {
 pub fn router(state: AppState) -> Router {
     let v1 = Router::new()
         .merge(v1::router())
+        .merge(webhooks::router())
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             middleware::v1_auth,
