@@ -171,11 +171,24 @@ impl Shared {
         let now_ms = millis(now);
         let mut after: Option<String> = None;
         loop {
+            let free = permits.available_permits();
+            if free == 0 {
+                return Ok(()); // A finishing attempt wakes the engine.
+            }
+            // The head of the queue holds the attempts in flight: read past them, and not much
+            // further than the free permits can take.
+            let in_flight = self
+                .in_flight
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .due_keys
+                .len();
+            let limit = (free + in_flight + 16).min(BATCH);
             let batch: Vec<(String, DueEntry)> =
                 self.service
                     .db
-                    .list(DUE_PREFIX, after.as_deref(), false, BATCH)?;
-            let exhausted = batch.len() < BATCH;
+                    .list(DUE_PREFIX, after.as_deref(), false, limit)?;
+            let exhausted = batch.len() < limit;
             for (key, entry) in batch {
                 if due_ms_of(&key).is_none_or(|due| due > now_ms) {
                     return Ok(());
