@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use rand::RngCore;
@@ -21,6 +22,21 @@ pub struct Config {
     pub durable_writes: bool,
     /// How often (real time) housekeeping runs: retention purges compare against `clock`.
     pub maintenance_interval: std::time::Duration,
+    /// Networks a webhook URL may resolve into although they are not public (loopback, private,
+    /// link-local, …). Empty by default: only public addresses receive webhooks.
+    pub webhook_allow_networks: Vec<ipnet::IpNet>,
+    /// How long a webhook receiver has to answer with a 2xx (the spec's 10 s).
+    pub webhook_timeout: Duration,
+    /// Deliveries in flight at once, across all targets.
+    pub delivery_concurrency: usize,
+    /// How often the delivery engine looks for retries that came due (new events and replays
+    /// wake it at once).
+    pub delivery_poll_interval: Duration,
+    /// SMTP server for the host's own mail (`smtp://host:25`, `smtps://user:pass@host`,
+    /// `smtp://host:587?tls=required`); without one, mail goes to the operator's outbox.
+    pub smtp_url: Option<String>,
+    /// The sender of the host's own mail.
+    pub mail_from: String,
 }
 
 impl Config {
@@ -32,6 +48,12 @@ impl Config {
             clock: Arc::new(SystemClock),
             durable_writes: true,
             maintenance_interval: std::time::Duration::from_secs(60),
+            webhook_allow_networks: Vec::new(),
+            webhook_timeout: Duration::from_secs(10),
+            delivery_concurrency: 64,
+            delivery_poll_interval: Duration::from_millis(500),
+            smtp_url: None,
+            mail_from: "commerce-host <noreply@commerce-host.invalid>".to_owned(),
         }
     }
 
@@ -57,6 +79,20 @@ impl Config {
         write_private(&path, &token).with_context(|| format!("writing {}", path.display()))?;
         Ok(token)
     }
+}
+
+/// Parses a comma-separated list of networks (`127.0.0.0/8, 10.1.2.3, ::1/128`); a bare address
+/// is a network of one.
+pub fn parse_networks(list: &str) -> anyhow::Result<Vec<ipnet::IpNet>> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<ipnet::IpNet>()
+                .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .with_context(|| format!("`{s}` is not a network (CIDR) or an address"))
+        })
+        .collect()
 }
 
 /// Where a generated admin token is kept.

@@ -164,3 +164,11 @@ prefixed_id!(
     /// An outbound message (notification).
     MessageId, "msg"
 );
+prefixed_id!(
+    /// One attempt to deliver an event to a webhook.
+    AttemptId, "att"
+);
+prefixed_id!(
+    /// An email the host sent (or queued for the operator) itself.
+    MailId, "mail"
+);

@@ -4,11 +4,14 @@
 //! [`run`]. Tests call [`run`] with a listener on port 0 and their own [`Config`] (a manual clock,
 //! a temporary data folder).
 
+pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod delivery;
 pub mod error;
 pub mod http;
 pub mod ids;
+pub mod notify;
 pub mod service;
 pub mod storage;
 
@@ -28,12 +31,17 @@ pub fn open_service(config: &Config) -> anyhow::Result<Service> {
     let admin_token = config.resolve_admin_token()?;
     let db = storage::Db::open_sled(&config.data_dir.join("db"), config.durable_writes)
         .map_err(|e| anyhow::anyhow!("{e:#}"))?;
-    service::Service::new(db, config.clock.clone(), &admin_token)
+    let options = service::Options {
+        allow_networks: config.webhook_allow_networks.clone(),
+        smtp_url: config.smtp_url.clone(),
+        mail_from: Some(config.mail_from.clone()),
+    };
+    service::Service::with_options(db, config.clock.clone(), &admin_token, options)
         .map_err(|e| anyhow::anyhow!("{e:#}"))
 }
 
-/// Serves the host on `listener` until `shutdown` completes, then finishes in-flight requests,
-/// flushes storage and returns.
+/// Serves the host on `listener` and runs the delivery engine until `shutdown` completes, then
+/// finishes in-flight requests and delivery attempts, flushes storage and returns.
 pub async fn run(
     config: Config,
     listener: TcpListener,
@@ -49,6 +57,8 @@ pub async fn run(
         config.maintenance_interval,
         stop_rx.clone(),
     ));
+    let engine = delivery::Engine::start(service.clone(), delivery::EngineConfig::from(&config))
+        .map_err(|e| anyhow::anyhow!("{e:#}"))?;
     tracing::info!(addr = %listener.local_addr()?, data = %config.data_dir.display(), "commerce-host listening");
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
@@ -56,6 +66,7 @@ pub async fn run(
         .context("serving HTTP");
     let _ = stop_tx.send(true);
     let _ = maintenance.await;
+    engine.stop().await;
     served?;
     service.db.flush().map_err(|e| anyhow::anyhow!("{e:#}"))?;
     tracing::info!("commerce-host stopped");

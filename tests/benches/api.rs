@@ -91,7 +91,7 @@ async fn main() {
     tokio::spawn(async move { axum::serve(bare, app).await });
 
     for durable in [true, false] {
-        let host = TestHost::start_configured(|c| {
+        let host = TestHost::start_configured(move |c| {
             c.clock = std::sync::Arc::new(commerce_host::clock::SystemClock);
             c.durable_writes = durable;
         })

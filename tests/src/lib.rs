@@ -1,8 +1,12 @@
 //! Shared helpers for the integration tests: a real host on a real port (port 0), real sled files
 //! in a temporary folder, and a manual clock the test moves.
 
+pub mod receiver;
+pub mod smtp;
+
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use commerce_host::Config;
 use commerce_host::clock::ManualClock;
@@ -58,6 +62,9 @@ impl Reply {
     }
 }
 
+/// A change to the configuration, kept so that a restart applies it again.
+type Adjust = Arc<dyn Fn(&mut Config) + Send + Sync>;
+
 /// A host running in this process on 127.0.0.1:0.
 pub struct TestHost {
     /// `http://127.0.0.1:PORT`.
@@ -67,6 +74,7 @@ pub struct TestHost {
     /// A client for the tests.
     pub http: reqwest::Client,
     data: Arc<tempfile::TempDir>,
+    adjust: Adjust,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<anyhow::Result<()>>>,
 }
@@ -75,20 +83,33 @@ impl TestHost {
     /// Starts a host with a fresh data folder and a clock at [`epoch`].
     pub async fn start() -> Self {
         let data = Arc::new(tempfile::tempdir().expect("temp dir"));
-        Self::start_with(data, ManualClock::new(epoch()), |_| {}).await
+        Self::start_with(
+            data,
+            ManualClock::new(epoch()),
+            Arc::new(|_: &mut Config| {}),
+        )
+        .await
     }
 
-    /// Starts a host, letting the test adjust the configuration.
-    pub async fn start_configured(adjust: impl FnOnce(&mut Config)) -> Self {
+    /// Starts a host, letting the test adjust the configuration (again on every restart).
+    pub async fn start_configured(adjust: impl Fn(&mut Config) + Send + Sync + 'static) -> Self {
         let data = Arc::new(tempfile::tempdir().expect("temp dir"));
-        Self::start_with(data, ManualClock::new(epoch()), adjust).await
+        Self::start_with(data, ManualClock::new(epoch()), Arc::new(adjust)).await
     }
 
-    async fn start_with(
-        data: Arc<tempfile::TempDir>,
-        clock: ManualClock,
-        adjust: impl FnOnce(&mut Config),
-    ) -> Self {
+    /// Starts a host for webhook tests: webhooks may go to 127.0.0.0/8 (where the test
+    /// receivers listen), the engine polls every 10 ms, and `adjust` may change more.
+    pub async fn start_for_webhooks(adjust: impl Fn(&mut Config) + Send + Sync + 'static) -> Self {
+        Self::start_configured(move |config| {
+            config.webhook_allow_networks = vec!["127.0.0.0/8".parse().expect("network")];
+            config.delivery_poll_interval = Duration::from_millis(10);
+            config.durable_writes = false;
+            adjust(config);
+        })
+        .await
+    }
+
+    async fn start_with(data: Arc<tempfile::TempDir>, clock: ManualClock, adjust: Adjust) -> Self {
         let mut config = Config::new(data.path());
         config.admin_token = Some(ADMIN_TOKEN.to_owned());
         config.clock = Arc::new(clock.clone());
@@ -106,6 +127,7 @@ impl TestHost {
             clock,
             http: reqwest::Client::new(),
             data,
+            adjust,
             shutdown: Some(tx),
             task: Some(task),
         }
@@ -131,7 +153,20 @@ impl TestHost {
         self.stop().await;
         let data = self.data.clone();
         let clock = self.clock.clone();
-        Self::start_with(data, clock, |_| {}).await
+        let adjust = self.adjust.clone();
+        Self::start_with(data, clock, adjust).await
+    }
+
+    /// Stops the host and starts a new one on the same data folder and clock, with `adjust`
+    /// applied to the configuration instead of the original one.
+    pub async fn restart_configured(
+        mut self,
+        adjust: impl Fn(&mut Config) + Send + Sync + 'static,
+    ) -> Self {
+        self.stop().await;
+        let data = self.data.clone();
+        let clock = self.clock.clone();
+        Self::start_with(data, clock, Arc::new(adjust)).await
     }
 
     /// Sends a request with an optional bearer token and JSON body.

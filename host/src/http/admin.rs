@@ -12,6 +12,7 @@ use super::extract::{Json, Query, path_id};
 use super::middleware::ErrorResponse;
 use crate::error::Result;
 use crate::ids::{InstallationId, OrderId, StoreId};
+use crate::notify::MailRecord;
 use crate::service::events::Event;
 use crate::service::orders::{ConfirmPayment, Order};
 use crate::service::pagination::{Page, PageParams, PageRequest};
@@ -45,6 +46,7 @@ pub fn router() -> Router<AppState> {
             post(confirm_payment),
         )
         .route("/stores/{store_id}/events", get(list_events))
+        .route("/mail", get(list_mail))
 }
 
 /// Body of `POST /admin/v1/stores`.
@@ -171,6 +173,8 @@ pub async fn get_plugin(
 }
 
 /// Install a plugin into a store. The response carries the project token, shown only this once.
+/// The manifest's `webhooks` are subscribed for the new installation; a URL that resolves to a
+/// non-public address the operator did not allow is 400 on `manifest.webhooks[i].url`.
 #[utoipa::path(post, path = "/admin/v1/stores/{store_id}/installations", tag = "operator",
     request_body = InstallPlugin, params(("store_id" = String, Path, description = "Store id")),
     security(("admin_token" = [])),
@@ -183,6 +187,7 @@ pub async fn install(
     Json(body): Json<InstallPlugin>,
 ) -> Result<(StatusCode, axum::Json<NewInstallation>)> {
     let id: StoreId = path_id("store", &store_id)?;
+    app.service.vet_manifest_webhooks(&body.plugin).await?;
     let installed = app.service.install(&id, &body.plugin)?;
     Ok((StatusCode::CREATED, axum::Json(installed)))
 }
@@ -315,4 +320,20 @@ pub async fn configure(
         &id,
         body.settings,
     )?))
+}
+
+/// The host's own mail (webhook pause notices), newest first, with what became of each: `sent`
+/// through SMTP, `failed` (with the error), or `outbox` when no SMTP server is configured
+/// (`COMMERCE_HOST_SMTP_URL`) and the operator forwards it.
+#[utoipa::path(get, path = "/admin/v1/mail", tag = "operator", params(PageParams),
+    security(("admin_token" = [])),
+    responses((status = 200, body = Page<MailRecord>), (status = 400, body = ErrorResponse), (status = 401, body = ErrorResponse)))]
+pub async fn list_mail(
+    State(app): State<AppState>,
+    Query(params): Query<PageParams>,
+) -> Result<axum::Json<Page<MailRecord>>> {
+    let page = PageRequest::parse(&params)?;
+    Ok(axum::Json(
+        app.service.mailer.list(&app.service.cursors, &page)?,
+    ))
 }

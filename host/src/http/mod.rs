@@ -10,6 +10,7 @@ pub mod openapi;
 pub mod orders;
 pub mod products;
 pub mod v1;
+pub mod webhooks;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -40,6 +41,7 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             idempotency::idempotency,
         ))
+        .merge(webhooks::router())
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             middleware::v1_auth,

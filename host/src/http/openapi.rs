@@ -3,7 +3,7 @@
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{admin, customers, middleware, orders, products, v1};
+use super::{admin, customers, middleware, orders, products, v1, webhooks};
 
 /// The API description.
 #[derive(OpenApi)]
@@ -15,7 +15,14 @@ Every error is `{\"error\": {\"code\", \"message\", \"field\", \"request_id\"}}`
 (`limit` 1..250, default 50). `/v1` calls carry `Authorization: Bearer <project token>`; `X-Service-Store` is optional \
 and, when sent, must name the token's store (400 if malformed, 403 `store_mismatch` otherwise). Every authenticated \
 `/v1` response carries `X-RateLimit-Remaining` (requests the store can still make right now) and `X-RateLimit-Reset` \
-(seconds until the current minute window ends); a 429 carries `Retry-After` in seconds."
+(seconds until the current minute window ends); a 429 carries `Retry-After` in seconds.\n\n\
+Webhooks: every delivery is a POST of the event envelope (`Event`) with `Content-Type: application/json`, \
+`X-Service-Timestamp` (Unix seconds), `X-Service-Signature` (lowercase hex HMAC-SHA256 keyed with the subscription's \
+secret over `<timestamp>.<raw body>`), `X-Service-Event-Id` (the same on every attempt and replay: deduplicate on it) \
+and `X-Service-Event-Type`. Success is a 2xx within 10 s; redirects are not followed. Failures are retried 1 min, \
+5 min, 30 min, 2 h, 6 h and 24 h after each failure; when the sixth retry fails the subscription is paused and the \
+plugin's `contact_email` is mailed. Delivery is at least once and unordered. Events, deliveries and attempts are \
+kept 30 days from the event, then purged."
     ),
     paths(
         v1::current_installation,
@@ -26,9 +33,13 @@ and, when sent, must name the token's store (400 if malformed, 403 `store_mismat
         customers::list_customers, customers::get_customer, customers::create_customer,
         customers::update_customer, customers::delete_customer,
         admin::confirm_payment, admin::list_events, admin::configure,
+        webhooks::create_webhook, webhooks::list_webhooks, webhooks::get_webhook,
+        webhooks::update_webhook, webhooks::delete_webhook, webhooks::resume_webhook,
+        webhooks::replay_webhook, webhooks::list_attempts, webhooks::list_deliveries,
         admin::create_store, admin::list_stores, admin::get_store, admin::update_store,
         admin::publish_plugin, admin::list_plugins, admin::get_plugin,
         admin::install, admin::list_installations, admin::get_installation, admin::uninstall,
+        admin::list_mail,
     ),
     components(schemas(middleware::ErrorResponse, middleware::ErrorObject,
         crate::service::events::Event, crate::service::scopes::EventType)),
@@ -38,6 +49,7 @@ and, when sent, must name the token's store (400 if malformed, 403 `store_mismat
         (name = "orders", description = "Orders: `status` draft → open → cancelled; `financial_status` pending → paid → partially_refunded → refunded; `fulfillment_status` unfulfilled → partially_fulfilled → fulfilled. Illegal transitions are 409 with a code."),
         (name = "products", description = "Products, variants and stock. Prices are positive integers in minor units with an ISO 4217 currency."),
         (name = "customers", description = "Customers and addresses. DELETE is a hard delete."),
+        (name = "webhooks", description = "Webhook subscriptions, replay and delivery logs"),
         (name = "operator", description = "Operator API, behind the admin token"),
     )
 )]

@@ -96,6 +96,7 @@ impl Tx<'_> {
                 event_id: event.id.clone(),
             },
         )?;
+        self.wake_delivery();
         Ok(event)
     }
 }

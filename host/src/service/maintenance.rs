@@ -1,9 +1,10 @@
-//! Periodic housekeeping: events older than the retention and expired idempotency keys go.
+//! Periodic housekeeping: expired idempotency keys go. (Events, their deliveries and attempts are
+//! purged by the delivery engine, which indexes them by expiry.)
 
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 
 use super::Service;
-use super::events::{EVENT_RETENTION_DAYS, Event, events_prefix};
+use super::events::{Event, events_prefix};
 use super::pagination::{Listing, Page, PageRequest};
 use super::scopes::EventType;
 use super::stores::Store;
@@ -13,16 +14,13 @@ use crate::ids::StoreId;
 /// What one pass of housekeeping removed.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Purged {
-    /// Events past the retention.
-    pub events: usize,
-    /// Idempotency keys past theirs.
+    /// Idempotency keys past their retention.
     pub idempotency_keys: usize,
 }
 
 impl Service {
     /// Removes what is past its retention, as of `now`.
     pub fn purge_expired(&self, now: Timestamp) -> Result<Purged> {
-        let cutoff = now - SignedDuration::from_hours(24 * EVENT_RETENTION_DAYS);
         let mut purged = Purged::default();
         let mut after: Option<String> = None;
         loop {
@@ -30,32 +28,12 @@ impl Service {
                 self.db.list("store/", after.as_deref(), false, 100)?;
             let done = stores.len() < 100;
             for (key, store) in stores {
-                purged.events += self.purge_events(&store.id, cutoff)?;
                 purged.idempotency_keys += self.purge_idempotency_keys(&store.id, now)?;
                 after = Some(key);
             }
             if done {
                 return Ok(purged);
             }
-        }
-    }
-
-    /// Events are keyed by time-ordered ids, so the old ones come first.
-    fn purge_events(&self, store: &StoreId, cutoff: Timestamp) -> Result<usize> {
-        let prefix = events_prefix(store);
-        let mut purged = 0;
-        loop {
-            let batch: Vec<(String, Event)> = self.db.list(&prefix, None, false, 256)?;
-            let old: Vec<String> = batch
-                .iter()
-                .take_while(|(_, e)| e.created_at < cutoff)
-                .map(|(k, _)| k.clone())
-                .collect();
-            if old.is_empty() {
-                return Ok(purged);
-            }
-            self.db.tx(|tx| old.iter().try_for_each(|k| tx.remove(k)))?;
-            purged += old.len();
         }
     }
 

@@ -17,6 +17,7 @@ pub mod ratelimit;
 pub mod scopes;
 pub mod stores;
 pub mod validate;
+pub mod webhooks;
 
 use std::ops::Deref;
 use std::sync::Arc;
@@ -24,7 +25,9 @@ use std::sync::Arc;
 use rand::RngCore;
 
 use crate::clock::SharedClock;
+use crate::delivery::network::NetworkPolicy;
 use crate::error::Result;
+use crate::notify::Mailer;
 use crate::storage::Db;
 
 pub use auth::Actor;
@@ -49,8 +52,23 @@ pub struct Inner {
     pub limiter: ratelimit::RateLimiter,
     /// Signs pagination cursors.
     pub cursors: pagination::Cursors,
+    /// Which addresses webhooks may go to.
+    pub network: NetworkPolicy,
+    /// The host's own mail (pause notices).
+    pub mailer: Mailer,
     /// SHA-256 of the operator's admin token.
     admin_token_hash: [u8; 32],
+}
+
+/// Settings of the service beyond storage and time.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Non-public networks webhooks may go to.
+    pub allow_networks: Vec<ipnet::IpNet>,
+    /// SMTP server for the host's mail; `None`: the operator's outbox.
+    pub smtp_url: Option<String>,
+    /// Sender of the host's mail; `None`: a `noreply` address.
+    pub mail_from: Option<String>,
 }
 
 impl Deref for Service {
@@ -63,8 +81,19 @@ impl Deref for Service {
 const CURSOR_SECRET_KEY: &str = "meta/cursor-secret";
 
 impl Service {
-    /// Builds the service over `db`, creating the host secrets on first start.
+    /// Builds the service over `db` with default options, creating the host secrets on first
+    /// start.
     pub fn new(db: Db, clock: SharedClock, admin_token: &str) -> Result<Self> {
+        Self::with_options(db, clock, admin_token, Options::default())
+    }
+
+    /// Builds the service over `db`, creating the host secrets on first start.
+    pub fn with_options(
+        db: Db,
+        clock: SharedClock,
+        admin_token: &str,
+        options: Options,
+    ) -> Result<Self> {
         let secret = db.tx(|tx| {
             if let Some(secret) = tx.read::<String>(CURSOR_SECRET_KEY)? {
                 return Ok(secret);
@@ -78,8 +107,19 @@ impl Service {
         let mut key = [0u8; 32];
         hex::decode_to_slice(&secret, &mut key)
             .map_err(|e| anyhow::anyhow!("the stored cursor secret is corrupt: {e}"))?;
+        let from = options
+            .mail_from
+            .unwrap_or_else(|| "commerce-host <noreply@commerce-host.invalid>".to_owned());
+        let mailer = Mailer::new(
+            options.smtp_url.as_deref(),
+            &from,
+            db.clone(),
+            clock.clone(),
+        )?;
         Ok(Self {
             inner: Arc::new(Inner {
+                network: NetworkPolicy::new(options.allow_networks),
+                mailer,
                 db,
                 clock,
                 limiter: ratelimit::RateLimiter::default(),

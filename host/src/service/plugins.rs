@@ -194,9 +194,7 @@ impl Manifest {
             }
         }
         validate_email(&field("contact_email"), &self.contact_email)?;
-        for (i, hook) in self.webhooks.iter().enumerate() {
-            parse_events(&format!("{at}.webhooks[{i}].events"), &hook.events)?;
-        }
+        super::webhooks::validate_manifest_webhooks(at, self)?;
         if !self.events.is_empty() {
             parse_events(&field("events"), &self.events)?;
         }

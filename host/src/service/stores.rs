@@ -199,7 +199,8 @@ impl Service {
     }
 
     /// Installs the current version of `plugin` into `store_id`: issues a project token with
-    /// exactly the manifest's scopes and fires `plugin.installed`.
+    /// exactly the manifest's scopes, creates the manifest's webhook subscriptions and fires
+    /// `plugin.installed`.
     pub fn install(&self, store_id: &StoreId, plugin: &str) -> Result<NewInstallation> {
         let store = self.store(store_id)?;
         let plugin: Plugin = self.db.read(&Plugin::key(plugin))?.ok_or_else(|| {
@@ -239,6 +240,12 @@ impl Service {
                     installation_id: installation.id.clone(),
                 },
             )?;
+            super::webhooks::create_manifest_webhooks(
+                tx,
+                &installation,
+                &plugin.manifest.webhooks,
+                now,
+            )?;
             tx.emit(
                 &store.reference(),
                 EventType::PluginInstalled,
@@ -276,7 +283,8 @@ impl Service {
         .page(&self.db, &self.cursors, page, |_| true)
     }
 
-    /// Uninstalls: revokes the token at once and fires `plugin.uninstalled`.
+    /// Uninstalls: revokes the token at once, removes the installation's webhook subscriptions
+    /// and fires `plugin.uninstalled`.
     pub fn uninstall(&self, store_id: &StoreId, id: &InstallationId) -> Result<Installation> {
         let store = self.store(store_id)?;
         let now = self.now();
@@ -290,6 +298,7 @@ impl Service {
             installation.uninstalled_at = Some(now);
             tx.write(&key, &installation)?;
             tx.remove(&Installation::by_plugin_key(store_id, &installation.plugin))?;
+            super::webhooks::remove_installation_webhooks(tx, store_id, id)?;
             tx.emit(
                 &store.reference(),
                 EventType::PluginUninstalled,

@@ -59,6 +59,9 @@ pub struct Db {
     inner: Arc<dyn Storage>,
     /// Flush after every write transaction so that an acknowledged write survives `kill -9`.
     durable: bool,
+    /// Rung after a commit that queued delivery work (an event, a replay), so the delivery
+    /// engine starts at once instead of at its next poll.
+    delivery: Arc<tokio::sync::Notify>,
 }
 
 impl std::fmt::Debug for Db {
@@ -72,7 +75,11 @@ impl std::fmt::Debug for Db {
 impl Db {
     /// Wraps a backend. With `durable`, every write transaction is flushed before it returns.
     pub fn new(inner: Arc<dyn Storage>, durable: bool) -> Self {
-        Self { inner, durable }
+        Self {
+            inner,
+            durable,
+            delivery: Arc::new(tokio::sync::Notify::new()),
+        }
     }
 
     /// Opens (or creates) the sled database in `dir`.
@@ -110,18 +117,36 @@ impl Db {
     }
 
     /// Runs `f` in one transaction and returns what it returns. `f` may run more than once.
-    pub fn tx<R>(&self, mut f: impl FnMut(&mut Tx<'_>) -> Result<R>) -> Result<R> {
+    pub fn tx<R>(&self, f: impl FnMut(&mut Tx<'_>) -> Result<R>) -> Result<R> {
+        self.transact(f, self.durable)
+    }
+
+    /// Like [`Db::tx`], but never flushes: for the delivery engine's own bookkeeping, whose loss
+    /// in a crash only means that work is redone (an attempt repeated, an outbox entry fanned out
+    /// again). sled recovers a prefix of the committed transactions, never one with a gap, and
+    /// flushes on its own within half a second; the next durable transaction flushes these too.
+    pub fn tx_relaxed<R>(&self, f: impl FnMut(&mut Tx<'_>) -> Result<R>) -> Result<R> {
+        self.transact(f, false)
+    }
+
+    fn transact<R>(&self, mut f: impl FnMut(&mut Tx<'_>) -> Result<R>, flush: bool) -> Result<R> {
         let mut out = None;
+        let mut queued_delivery = false;
         self.inner.transact(&mut |txn| {
             let mut tx = Tx {
                 inner: txn,
                 wrote: false,
+                queued_delivery: false,
             };
             out = Some(f(&mut tx)?);
+            queued_delivery = tx.queued_delivery;
             Ok(())
         })?;
-        if self.durable {
+        if flush {
             self.inner.flush()?;
+        }
+        if queued_delivery {
+            self.delivery.notify_one();
         }
         out.ok_or_else(|| Error::Internal(anyhow::anyhow!("transaction produced no result")))
     }
@@ -130,12 +155,18 @@ impl Db {
     pub fn flush(&self) -> Result<()> {
         self.inner.flush()
     }
+
+    /// What the delivery engine waits on between polls.
+    pub fn delivery_signal(&self) -> Arc<tokio::sync::Notify> {
+        self.delivery.clone()
+    }
 }
 
 /// A transaction with typed records.
 pub struct Tx<'a> {
     inner: &'a mut dyn Txn,
     wrote: bool,
+    queued_delivery: bool,
 }
 
 impl Tx<'_> {
@@ -157,6 +188,11 @@ impl Tx<'_> {
     pub fn remove(&mut self, key: &str) -> Result<()> {
         self.wrote = true;
         self.inner.delete(key.as_bytes())
+    }
+
+    /// Wakes the delivery engine once this transaction commits.
+    pub fn wake_delivery(&mut self) {
+        self.queued_delivery = true;
     }
 
     /// Whether this transaction has written anything.

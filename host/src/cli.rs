@@ -1,0 +1,128 @@
+//! The `commerce-host` command line, as a library function so that the tests can build the very
+//! same binary (`test-commerce-host`) and kill it with `kill -9`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+
+use crate::Config;
+
+#[derive(Parser)]
+#[command(
+    name = "commerce-host",
+    version,
+    about = "A merchant-store platform that hosts plugins"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the /v1 API and the operator API, and deliver webhooks.
+    Serve(ServeArgs),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Address to listen on (port 0: any free port, printed on start).
+    #[arg(long, env = "COMMERCE_HOST_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Data folder (database, generated admin token, compiled plugins).
+    #[arg(long, env = "COMMERCE_HOST_DATA", default_value = "./data")]
+    data: PathBuf,
+    /// Operator admin token; generated into <data>/admin-token when not set.
+    #[arg(long, env = "COMMERCE_HOST_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+    /// Non-public networks webhooks may be delivered to, comma-separated CIDRs
+    /// (`127.0.0.0/8,10.0.0.0/8`). By default only public addresses are.
+    #[arg(long, env = "COMMERCE_HOST_WEBHOOK_ALLOW_NETWORKS", default_value = "")]
+    webhook_allow_networks: String,
+    /// Milliseconds a webhook receiver has to answer (the spec's 10 s; lower it only for tests).
+    #[arg(
+        long,
+        env = "COMMERCE_HOST_WEBHOOK_TIMEOUT_MS",
+        default_value_t = 10_000
+    )]
+    webhook_timeout_ms: u64,
+    /// Deliveries in flight at once.
+    #[arg(long, env = "COMMERCE_HOST_DELIVERY_CONCURRENCY", default_value_t = 64)]
+    delivery_concurrency: usize,
+    /// SMTP server for the host's own mail (pause notices): `smtp://host:25`,
+    /// `smtps://user:pass@host`, `smtp://host:587?tls=required`. Without it, mail is kept in
+    /// the operator's outbox (`GET /admin/v1/mail`).
+    #[arg(long, env = "COMMERCE_HOST_SMTP_URL", hide_env_values = true)]
+    smtp_url: Option<String>,
+    /// Sender of the host's own mail.
+    #[arg(long, env = "COMMERCE_HOST_MAIL_FROM")]
+    mail_from: Option<String>,
+}
+
+/// Parses the command line and runs the command.
+pub fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("COMMERCE_HOST_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    match cli.command {
+        Command::Serve(args) => runtime.block_on(serve(args)),
+    }
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let mut config = Config::new(&args.data);
+    config.admin_token = args.admin_token;
+    config.webhook_allow_networks = crate::config::parse_networks(&args.webhook_allow_networks)
+        .context("COMMERCE_HOST_WEBHOOK_ALLOW_NETWORKS")?;
+    config.webhook_timeout = std::time::Duration::from_millis(args.webhook_timeout_ms.max(1));
+    config.delivery_concurrency = args.delivery_concurrency.max(1);
+    config.smtp_url = args.smtp_url.filter(|u| !u.trim().is_empty());
+    if let Some(from) = args.mail_from {
+        config.mail_from = from;
+    }
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
+    // A plain line on stdout, so that a supervisor (or a test) started on port 0 learns the port.
+    println!(
+        "commerce-host listening on http://{}",
+        listener.local_addr()?
+    );
+    if config.admin_token.is_none() {
+        eprintln!(
+            "admin token: {}",
+            crate::config::admin_token_path(&args.data).display()
+        );
+    }
+    crate::run(config, listener, shutdown_signal()).await
+}
+
+/// Completes on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutting down");
+}

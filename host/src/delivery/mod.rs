@@ -1,0 +1,318 @@
+//! The delivery engine: one background task that turns the event outbox into durable
+//! deliveries, attempts them with bounded concurrency, retries on the spec's schedule, pauses
+//! targets whose retries ran out (and mails their owner), and purges expired events.
+//!
+//! Time comes from the injected clock: the engine wakes on new work (a [`tokio::sync::Notify`]
+//! rung by commits that queue deliveries) or on a short real-time poll, and compares due times
+//! with `clock.now()`, so tests run the whole 32-hour schedule in milliseconds.
+//!
+//! Delivery is at least once: a queue entry leaves the queue in the transaction that records its
+//! attempt, so a host killed during an attempt makes it again after the restart. Receivers
+//! deduplicate with the `X-Service-Event-Id` header.
+
+pub mod network;
+pub mod queue;
+pub mod records;
+pub mod target;
+pub mod webhook;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use tokio::sync::{Notify, Semaphore, watch};
+use tokio::task::JoinSet;
+
+use self::records::{DUE_PREFIX, DueEntry, RETENTION, due_ms_of, millis};
+use self::target::{Target, TargetState};
+use self::webhook::WebhookSender;
+use crate::error::Result;
+use crate::notify::Mail;
+use crate::service::Service;
+use crate::service::plugins::Plugin;
+use crate::service::stores::Installation;
+
+/// At most this many attempts to one target run at once, so a slow or dead receiver takes a
+/// bounded share of the engine's concurrency.
+pub const MAX_IN_FLIGHT_PER_TARGET: usize = 8;
+
+const BATCH: usize = 256;
+const PURGE_EVERY: SignedDuration = SignedDuration::from_mins(1);
+
+/// How the engine runs.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Attempts in flight at once, across all targets.
+    pub concurrency: usize,
+    /// How often to look for retries that came due.
+    pub poll_interval: Duration,
+    /// How long a webhook receiver has to answer.
+    pub webhook_timeout: Duration,
+}
+
+impl From<&crate::Config> for EngineConfig {
+    fn from(config: &crate::Config) -> Self {
+        Self {
+            concurrency: config.delivery_concurrency.max(1),
+            poll_interval: config.delivery_poll_interval,
+            webhook_timeout: config.webhook_timeout,
+        }
+    }
+}
+
+/// The running engine.
+#[derive(Debug)]
+pub struct Engine {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Default)]
+struct InFlight {
+    due_keys: HashSet<String>,
+    per_target: HashMap<String, usize>,
+}
+
+struct Shared {
+    service: Service,
+    webhooks: WebhookSender,
+    in_flight: Mutex<InFlight>,
+    wake: Arc<Notify>,
+}
+
+impl Engine {
+    /// Starts the engine on the current runtime.
+    pub fn start(service: Service, config: EngineConfig) -> Result<Self> {
+        let shared = Arc::new(Shared {
+            webhooks: WebhookSender::new(service.network.clone(), config.webhook_timeout)?,
+            wake: service.db.delivery_signal(),
+            service,
+            in_flight: Mutex::default(),
+        });
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(run(shared, config, stopped));
+        Ok(Self { stop, task })
+    }
+
+    /// Stops taking work, waits for the attempts in flight (each bounded by the timeout) and
+    /// returns.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        if let Err(e) = self.task.await {
+            tracing::error!(error = %e, "the delivery engine panicked");
+        }
+    }
+}
+
+async fn run(shared: Arc<Shared>, config: EngineConfig, mut stopped: watch::Receiver<bool>) {
+    let permits = Arc::new(Semaphore::new(config.concurrency));
+    let mut tasks = JoinSet::new();
+    let mut next_purge = Timestamp::MIN;
+    loop {
+        if *stopped.borrow() {
+            break;
+        }
+        let busy = match shared.tick(&permits, &mut tasks, &mut next_purge) {
+            Ok(busy) => busy,
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "delivery engine");
+                false
+            }
+        };
+        while tasks.try_join_next().is_some() {}
+        if busy {
+            tokio::task::yield_now().await;
+            continue;
+        }
+        tokio::select! {
+            () = shared.wake.notified() => {}
+            () = tokio::time::sleep(config.poll_interval) => {}
+            _ = stopped.changed() => {}
+        }
+    }
+    while tasks.join_next().await.is_some() {}
+}
+
+impl Shared {
+    /// One round: fan out new events, purge expired ones now and then, start due attempts.
+    /// Returns whether more outbox work is waiting.
+    fn tick(
+        self: &Arc<Self>,
+        permits: &Arc<Semaphore>,
+        tasks: &mut JoinSet<()>,
+        next_purge: &mut Timestamp,
+    ) -> Result<bool> {
+        let db = &self.service.db;
+        let now = self.service.now();
+        let fanned = queue::fan_out(db, now, BATCH)?;
+        if now >= *next_purge {
+            let purged = queue::purge(db, now, BATCH)?;
+            if purged > 0 {
+                tracing::info!(purged, "purged events older than {RETENTION:#}");
+            }
+            *next_purge = if purged == BATCH {
+                now
+            } else {
+                now.checked_add(PURGE_EVERY).unwrap_or(now)
+            };
+        }
+        self.dispatch(now, permits, tasks)?;
+        Ok(fanned == BATCH)
+    }
+
+    /// Starts an attempt for every due queue entry, in due order, while permits last.
+    fn dispatch(
+        self: &Arc<Self>,
+        now: Timestamp,
+        permits: &Arc<Semaphore>,
+        tasks: &mut JoinSet<()>,
+    ) -> Result<()> {
+        let now_ms = millis(now);
+        let mut after: Option<String> = None;
+        loop {
+            let free = permits.available_permits();
+            if free == 0 {
+                return Ok(()); // A finishing attempt wakes the engine.
+            }
+            // The head of the queue holds the attempts in flight: read past them, and not much
+            // further than the free permits can take.
+            let in_flight = self
+                .in_flight
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .due_keys
+                .len();
+            let limit = (free + in_flight + 16).min(BATCH);
+            let batch: Vec<(String, DueEntry)> =
+                self.service
+                    .db
+                    .list(DUE_PREFIX, after.as_deref(), false, limit)?;
+            let exhausted = batch.len() < limit;
+            for (key, entry) in batch {
+                if due_ms_of(&key).is_none_or(|due| due > now_ms) {
+                    return Ok(());
+                }
+                after = Some(key.clone());
+                let target = entry.target.key();
+                let permit = {
+                    let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+                    let busy = in_flight.per_target.get(&target).copied().unwrap_or(0);
+                    if in_flight.due_keys.contains(&key) || busy >= MAX_IN_FLIGHT_PER_TARGET {
+                        continue;
+                    }
+                    let Ok(permit) = permits.clone().try_acquire_owned() else {
+                        return Ok(()); // A finishing attempt wakes the engine.
+                    };
+                    in_flight.due_keys.insert(key.clone());
+                    in_flight.per_target.insert(target.clone(), busy + 1);
+                    permit
+                };
+                let shared = self.clone();
+                tasks.spawn(async move {
+                    if let Err(e) = shared.attempt(&key, &entry).await {
+                        tracing::error!(error = %format!("{e:#}"), due = key, "delivery attempt");
+                        // Keep it in flight a moment so a persistent error does not spin.
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                    shared.release(&key, &target);
+                    drop(permit);
+                    shared.wake.notify_one();
+                });
+            }
+            if exhausted {
+                return Ok(());
+            }
+        }
+    }
+
+    fn release(&self, key: &str, target: &str) {
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        in_flight.due_keys.remove(key);
+        if let Some(n) = in_flight.per_target.get_mut(target) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                in_flight.per_target.remove(target);
+            }
+        }
+    }
+
+    async fn attempt(&self, due_key: &str, entry: &DueEntry) -> Result<()> {
+        let service = &self.service;
+        let db = &service.db;
+        if queue::claim(db, due_key, entry)?.is_none() {
+            return Ok(());
+        }
+        let target = match target::load(db, &entry.store_id, &entry.target)? {
+            TargetState::Active(target) => target,
+            TargetState::Paused => {
+                return queue::fail_unsent(db, due_key, entry, "the subscription was paused");
+            }
+            TargetState::Gone => {
+                return queue::fail_unsent(db, due_key, entry, "the subscription was deleted");
+            }
+        };
+        let Some(event) = service.stored_event(&entry.store_id, &entry.event_id)? else {
+            return queue::fail_unsent(db, due_key, entry, "the event expired");
+        };
+        let started = service.now();
+        let outcome = match &target {
+            Target::Webhook(sub) => {
+                self.webhooks
+                    .send(&sub.url, &sub.secret, &event, started)
+                    .await
+            }
+        };
+        let now = service.now();
+        let paused =
+            db.tx_relaxed(|tx| queue::record_attempt(tx, due_key, entry, &outcome, now))?;
+        if let Some(target) = paused {
+            self.notify_paused(&target).await?;
+        }
+        Ok(())
+    }
+
+    /// Mails the owner of a target that was just paused.
+    async fn notify_paused(&self, target: &Target) -> Result<()> {
+        let Target::Webhook(sub) = target;
+        tracing::warn!(webhook = %sub.id, url = sub.url, "webhook paused");
+        let service = &self.service;
+        let installation: Option<Installation> = service
+            .db
+            .read(&Installation::key(&sub.store_id, &sub.installation_id))?;
+        let plugin: Option<Plugin> = match &installation {
+            Some(i) => service.db.read(&Plugin::key(&i.plugin))?,
+            None => None,
+        };
+        let Some(plugin) = plugin else {
+            return Ok(()); // Uninstalled meanwhile: nobody to tell.
+        };
+        let domain = service
+            .store(&sub.store_id)
+            .map(|s| s.domain)
+            .unwrap_or_default();
+        let mail = Mail {
+            to: plugin.manifest.contact_email.clone(),
+            subject: format!("[commerce-host] webhook {} paused for {domain}", sub.id),
+            body: format!(
+                "Your plugin `{plugin}`'s webhook subscription {id} to {url} in store {domain} \
+                 ({store}) was paused at {at}.\n\nWhy: {reason}\n\nWhile it is paused it receives \
+                 nothing; its events are recorded as failed deliveries and kept for 30 days.\n\
+                 Fix the receiver, then resume the subscription (POST /v1/webhooks/{id}/resume) \
+                 and re-send what it missed (POST /v1/webhooks/{id}/replay with \
+                 {{\"since\": \"<time>\"}}).\n",
+                plugin = plugin.name,
+                id = sub.id,
+                url = sub.url,
+                store = sub.store_id,
+                at = sub
+                    .paused_at
+                    .map(crate::clock::format_ts)
+                    .unwrap_or_default(),
+                reason = sub.pause_reason.as_deref().unwrap_or("retries ran out"),
+            ),
+        };
+        service.mailer.send(mail).await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,251 @@
+//! The queue's transitions, each one storage transaction: fan-out from the outbox, recording an
+//! attempt (retry, success, or the last failure that pauses the target), replay, and the purge
+//! of expired events.
+//!
+//! Fan-out is a separate step rather than part of `Tx::emit`: the event and its outbox entry are
+//! committed with the change that fired them, and one transaction later turns the outbox entry
+//! into one delivery per subscribed target and deletes it. A crash between the two leaves the
+//! outbox entry, which is fanned out after the restart, so no committed event is lost; and the
+//! changes that fire events never read (or conflict on) the subscription list.
+
+use jiff::{SignedDuration, Timestamp};
+
+use super::records::{
+    Attempt, Delivery, DeliveryStatus, DueEntry, EXPIRY_PREFIX, Expiry, RETENTION, RETRY_SCHEDULE,
+    TargetRef, attempt_key, delivery_key, expiry_key, expiry_ms_of, millis,
+};
+use super::target::{self, Target};
+use super::webhook::Outcome;
+use crate::error::{Error, Result};
+use crate::ids::{AttemptId, DeliveryId};
+use crate::service::events::{Event, OUTBOX_PREFIX, OutboxEntry, event_key};
+use crate::storage::{Db, Tx};
+
+fn later(at: Timestamp, by: SignedDuration) -> Result<Timestamp> {
+    at.checked_add(by)
+        .map_err(|e| Error::Internal(anyhow::anyhow!("time out of range: {e}")))
+}
+
+fn enqueue(tx: &mut Tx<'_>, delivery: &mut Delivery, at: Timestamp) -> Result<()> {
+    delivery.next_attempt_at = Some(at);
+    tx.write(
+        &delivery.due_key(at),
+        &DueEntry {
+            store_id: delivery.store_id.clone(),
+            target: delivery.target.clone(),
+            event_id: delivery.event_id.clone(),
+        },
+    )?;
+    tx.wake_delivery();
+    Ok(())
+}
+
+/// Fans out up to `limit` outbox entries; returns how many it took.
+pub fn fan_out(db: &Db, now: Timestamp, limit: usize) -> Result<usize> {
+    let batch: Vec<(String, OutboxEntry)> = db.list(OUTBOX_PREFIX, None, false, limit)?;
+    for (key, entry) in &batch {
+        let event: Option<Event> = db.read(&event_key(&entry.store_id, &entry.event_id))?;
+        let candidates = match &event {
+            Some(event) => target::candidates(db, &entry.store_id, event.kind)?,
+            None => Vec::new(),
+        };
+        db.tx_relaxed(|tx| {
+            if tx.read::<OutboxEntry>(key)?.is_none() {
+                return Ok(());
+            }
+            tx.remove(key)?;
+            let Some(event) = &event else {
+                return Ok(()); // Expired before it was fanned out.
+            };
+            let mut targets = Vec::new();
+            for target in &candidates {
+                let Some(active) = target::wants_in_tx(tx, &event.store.id, target, event.kind)?
+                else {
+                    continue;
+                };
+                let mut delivery = Delivery {
+                    id: DeliveryId::generate(now),
+                    store_id: event.store.id.clone(),
+                    target: target.clone(),
+                    event_id: event.id.clone(),
+                    event_type: event.kind,
+                    event_created_at: event.created_at,
+                    status: DeliveryStatus::Pending,
+                    attempts: 0,
+                    retries: 0,
+                    next_attempt_at: None,
+                    failure: None,
+                    replays: 0,
+                    attempt_ids: Vec::new(),
+                };
+                if active {
+                    enqueue(tx, &mut delivery, now)?;
+                } else {
+                    delivery.status = DeliveryStatus::Failed;
+                    delivery.failure = Some("the subscription was paused".to_owned());
+                }
+                tx.write(&delivery.key(), &delivery)?;
+                targets.push(target.clone());
+            }
+            tx.write(
+                &expiry_key(
+                    later(event.created_at, RETENTION)?,
+                    &event.store.id,
+                    &event.id,
+                ),
+                &Expiry {
+                    store_id: event.store.id.clone(),
+                    event_id: event.id.clone(),
+                    targets,
+                },
+            )
+        })?;
+    }
+    Ok(batch.len())
+}
+
+/// The delivery a queue entry names, if the entry is still its current one (else the entry is a
+/// leftover and is removed).
+pub fn claim(db: &Db, due_key: &str, entry: &DueEntry) -> Result<Option<Delivery>> {
+    let key = delivery_key(&entry.store_id, &entry.target, &entry.event_id);
+    if let Some(d) = db.read::<Delivery>(&key)?
+        && is_current(&d, due_key)
+    {
+        return Ok(Some(d));
+    }
+    db.tx_relaxed(|tx| tx.remove(due_key))?;
+    Ok(None)
+}
+
+fn is_current(d: &Delivery, due_key: &str) -> bool {
+    d.status == DeliveryStatus::Pending
+        && d.next_attempt_at.is_some_and(|at| d.due_key(at) == due_key)
+}
+
+/// Fails a delivery without an attempt (its target is paused or gone, or its event expired).
+pub fn fail_unsent(db: &Db, due_key: &str, entry: &DueEntry, reason: &str) -> Result<()> {
+    let key = delivery_key(&entry.store_id, &entry.target, &entry.event_id);
+    db.tx_relaxed(|tx| {
+        tx.remove(due_key)?;
+        if let Some(mut d) = tx.read::<Delivery>(&key)?
+            && is_current(&d, due_key)
+        {
+            d.status = DeliveryStatus::Failed;
+            d.next_attempt_at = None;
+            d.failure = Some(reason.to_owned());
+            tx.write(&key, &d)?;
+        }
+        Ok(())
+    })
+}
+
+/// Records an attempt and moves the delivery on: done on success; otherwise the next retry of
+/// the schedule, counted from now; after the last retry, failed, and the target paused (the
+/// paused target is returned, for the notice).
+pub fn record_attempt(
+    tx: &mut Tx<'_>,
+    due_key: &str,
+    entry: &DueEntry,
+    outcome: &Outcome,
+    now: Timestamp,
+) -> Result<Option<Target>> {
+    let key = delivery_key(&entry.store_id, &entry.target, &entry.event_id);
+    let Some(mut d) = tx.read::<Delivery>(&key)? else {
+        return tx.remove(due_key).map(|()| None); // Purged meanwhile.
+    };
+    let attempt = Attempt {
+        id: AttemptId::generate(outcome.started),
+        delivery_id: d.id.clone(),
+        event_id: d.event_id.clone(),
+        event_type: d.event_type,
+        attempted_at: outcome.started,
+        retry: d.retries,
+        succeeded: outcome.succeeded,
+        status_code: outcome.status_code,
+        error: outcome.error.clone(),
+        duration_ms: outcome.duration_ms,
+        response_body: outcome.response_body.clone(),
+    };
+    tx.write(&attempt_key(&d.store_id, &d.target, &attempt.id), &attempt)?;
+    d.attempt_ids.push(attempt.id);
+    d.attempts += 1;
+    let mut paused = None;
+    // A replay or a purge may have moved the delivery while the attempt ran: only the attempt
+    // its queue entry still names moves it on.
+    if is_current(&d, due_key) {
+        tx.remove(due_key)?;
+        d.next_attempt_at = None;
+        if outcome.succeeded {
+            d.status = DeliveryStatus::Succeeded;
+            d.failure = None;
+        } else if let Some(delay) = RETRY_SCHEDULE.get(d.retries as usize) {
+            d.retries += 1;
+            enqueue(tx, &mut d, later(now, *delay)?)?;
+        } else {
+            let reason = format!(
+                "event {} failed its first attempt and all {} retries; last: {}",
+                d.event_id,
+                RETRY_SCHEDULE.len(),
+                outcome.summary()
+            );
+            d.status = DeliveryStatus::Failed;
+            d.failure = Some(reason.clone());
+            paused = target::pause(tx, &d.store_id, &d.target, now, &reason)?;
+        }
+    }
+    tx.write(&key, &d)?;
+    Ok(paused)
+}
+
+/// Queues a failed delivery again with a fresh schedule. Returns whether it was failed.
+pub fn requeue(tx: &mut Tx<'_>, key: &str, now: Timestamp) -> Result<bool> {
+    let Some(mut d) = tx.read::<Delivery>(key)? else {
+        return Ok(false);
+    };
+    if d.status != DeliveryStatus::Failed {
+        return Ok(false);
+    }
+    d.status = DeliveryStatus::Pending;
+    d.retries = 0;
+    d.failure = None;
+    d.replays += 1;
+    enqueue(tx, &mut d, now)?;
+    tx.write(key, &d)?;
+    Ok(true)
+}
+
+/// Purges up to `limit` events that expired by `now`, with their deliveries and attempts.
+/// Returns how many.
+pub fn purge(db: &Db, now: Timestamp, limit: usize) -> Result<usize> {
+    let batch: Vec<(String, Expiry)> = db.list(EXPIRY_PREFIX, None, false, limit)?;
+    let now_ms = millis(now);
+    let mut purged = 0;
+    for (key, expiry) in batch {
+        if expiry_ms_of(&key).is_none_or(|at| at > now_ms) {
+            break;
+        }
+        db.tx_relaxed(|tx| {
+            tx.remove(&event_key(&expiry.store_id, &expiry.event_id))?;
+            for target in &expiry.targets {
+                purge_delivery(tx, &expiry, target)?;
+            }
+            tx.remove(&key)
+        })?;
+        purged += 1;
+    }
+    Ok(purged)
+}
+
+fn purge_delivery(tx: &mut Tx<'_>, expiry: &Expiry, target: &TargetRef) -> Result<()> {
+    let key = delivery_key(&expiry.store_id, target, &expiry.event_id);
+    let Some(d) = tx.read::<Delivery>(&key)? else {
+        return Ok(());
+    };
+    for id in &d.attempt_ids {
+        tx.remove(&attempt_key(&d.store_id, &d.target, id))?;
+    }
+    if let Some(at) = d.next_attempt_at {
+        tx.remove(&d.due_key(at))?;
+    }
+    tx.remove(&key)
+}

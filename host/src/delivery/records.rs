@@ -1,0 +1,218 @@
+//! The delivery engine's records and their keys.
+//!
+//! - `dlv/{store}/{target}/{evt}`: one [`Delivery`] per (event, target), keyed by the event so a
+//!   replay finds it directly and a listing is in event order.
+//! - `due/{ms}/{store}/{target}/{evt}`: the queue, one entry per pending delivery, keyed by its due
+//!   time (zero-padded milliseconds) so that a prefix scan reads it in due order.
+//! - `att/{store}/{target}/{att}`: the attempt log.
+//! - `exp/{ms}/{store}/{evt}`: when an event and everything about it is purged (30 days after it).
+
+use jiff::{SignedDuration, Timestamp};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::ids::{AttemptId, DeliveryId, EventId, StoreId, WebhookId};
+use crate::service::scopes::EventType;
+
+/// The retries after a failed attempt, each counted from the failure before it.
+pub const RETRY_SCHEDULE: [SignedDuration; 6] = [
+    SignedDuration::from_mins(1),
+    SignedDuration::from_mins(5),
+    SignedDuration::from_mins(30),
+    SignedDuration::from_hours(2),
+    SignedDuration::from_hours(6),
+    SignedDuration::from_hours(24),
+];
+
+/// How much of a receiver's response body an attempt record keeps.
+pub const RESPONSE_EXCERPT_BYTES: usize = 1024;
+
+/// How long events, their deliveries and attempts are kept.
+pub const RETENTION: SignedDuration =
+    SignedDuration::from_hours(24 * crate::service::events::EVENT_RETENTION_DAYS);
+
+/// Where a delivery goes. Webhook URLs today; the component runtime adds installed components
+/// as a second variant, and the queue, retries, pausing and replay apply to it unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TargetRef {
+    /// A webhook subscription.
+    Webhook(WebhookId),
+}
+
+impl TargetRef {
+    /// The target's id as it appears in keys (ids carry their kind in their prefix).
+    pub fn key(&self) -> String {
+        match self {
+            TargetRef::Webhook(id) => id.to_string(),
+        }
+    }
+}
+
+/// Where a delivery stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryStatus {
+    /// Queued for a first attempt or a retry.
+    Pending,
+    /// A receiver accepted it.
+    Succeeded,
+    /// The retries ran out, or the subscription was paused or removed; a replay re-queues it.
+    Failed,
+}
+
+/// One event on its way to one target.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Delivery {
+    /// Delivery id (`dlv_…`).
+    pub id: DeliveryId,
+    /// The store of the event.
+    pub store_id: StoreId,
+    /// Where it goes.
+    pub target: TargetRef,
+    /// The event (`evt_…`).
+    pub event_id: EventId,
+    /// The event's type.
+    pub event_type: EventType,
+    /// When the event happened.
+    #[serde(with = "crate::clock::api_ts")]
+    #[schema(value_type = String)]
+    pub event_created_at: Timestamp,
+    /// Pending, succeeded or failed.
+    pub status: DeliveryStatus,
+    /// Attempts made so far, replays included.
+    pub attempts: u32,
+    /// Retries used of the current schedule (0 to 6).
+    pub retries: u32,
+    /// When the next attempt is due, while pending.
+    #[serde(default, with = "crate::clock::api_ts::option")]
+    #[schema(value_type = Option<String>)]
+    pub next_attempt_at: Option<Timestamp>,
+    /// Why it failed, when it did.
+    #[serde(default)]
+    pub failure: Option<String>,
+    /// How often it was replayed.
+    #[serde(default)]
+    pub replays: u32,
+    /// The attempts, oldest first.
+    #[serde(default)]
+    pub attempt_ids: Vec<AttemptId>,
+}
+
+impl Delivery {
+    /// The delivery's key.
+    pub fn key(&self) -> String {
+        delivery_key(&self.store_id, &self.target, &self.event_id)
+    }
+
+    /// The key of its queue entry at `at`.
+    pub fn due_key(&self, at: Timestamp) -> String {
+        due_key(at, &self.store_id, &self.target, &self.event_id)
+    }
+}
+
+/// A queue entry: which delivery is due.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DueEntry {
+    /// The store.
+    pub store_id: StoreId,
+    /// The target.
+    pub target: TargetRef,
+    /// The event.
+    pub event_id: EventId,
+}
+
+/// One attempt, as its owner sees it in the attempt log.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Attempt {
+    /// Attempt id (`att_…`).
+    pub id: AttemptId,
+    /// The delivery it belongs to.
+    pub delivery_id: DeliveryId,
+    /// The event sent.
+    pub event_id: EventId,
+    /// The event's type.
+    pub event_type: EventType,
+    /// When the attempt started.
+    #[serde(with = "crate::clock::api_ts")]
+    #[schema(value_type = String)]
+    pub attempted_at: Timestamp,
+    /// 0 for the first attempt of a schedule, then 1 to 6 for the retries.
+    pub retry: u32,
+    /// Whether the receiver accepted it (a 2xx in time).
+    pub succeeded: bool,
+    /// The HTTP status the receiver answered, if it answered.
+    pub status_code: Option<u16>,
+    /// What went wrong without a status (timeout, connection refused, refused address).
+    pub error: Option<String>,
+    /// How long it took, in milliseconds.
+    pub duration_ms: u64,
+    /// The start of the response body (at most 1 KiB, invalid UTF-8 replaced).
+    pub response_body: Option<String>,
+}
+
+/// What is purged when an event expires.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Expiry {
+    /// The store.
+    pub store_id: StoreId,
+    /// The event.
+    pub event_id: EventId,
+    /// The targets it was fanned out to.
+    pub targets: Vec<TargetRef>,
+}
+
+/// Milliseconds since the epoch, as the queue keys hold them.
+pub fn millis(at: Timestamp) -> u64 {
+    u64::try_from(at.as_millisecond()).unwrap_or(0)
+}
+
+/// Key of a delivery.
+pub fn delivery_key(store: &StoreId, target: &TargetRef, event: &EventId) -> String {
+    format!("dlv/{store}/{}/{event}", target.key())
+}
+
+/// Prefix of a target's deliveries.
+pub fn deliveries_prefix(store: &StoreId, target: &TargetRef) -> String {
+    format!("dlv/{store}/{}/", target.key())
+}
+
+/// Prefix of the queue.
+pub const DUE_PREFIX: &str = "due/";
+
+/// Key of a queue entry.
+pub fn due_key(at: Timestamp, store: &StoreId, target: &TargetRef, event: &EventId) -> String {
+    format!(
+        "{DUE_PREFIX}{:020}/{store}/{}/{event}",
+        millis(at),
+        target.key()
+    )
+}
+
+/// The due time (ms) of a queue key.
+pub fn due_ms_of(key: &str) -> Option<u64> {
+    key.strip_prefix(DUE_PREFIX)?.get(..20)?.parse().ok()
+}
+
+/// Key of an attempt.
+pub fn attempt_key(store: &StoreId, target: &TargetRef, id: &AttemptId) -> String {
+    format!("att/{store}/{}/{id}", target.key())
+}
+
+/// Prefix of a target's attempts.
+pub fn attempts_prefix(store: &StoreId, target: &TargetRef) -> String {
+    format!("att/{store}/{}/", target.key())
+}
+
+/// Prefix of the expiry index.
+pub const EXPIRY_PREFIX: &str = "exp/";
+
+/// Key of an expiry entry.
+pub fn expiry_key(at: Timestamp, store: &StoreId, event: &EventId) -> String {
+    format!("{EXPIRY_PREFIX}{:020}/{store}/{event}", millis(at))
+}
+
+/// The expiry time (ms) of an expiry key.
+pub fn expiry_ms_of(key: &str) -> Option<u64> {
+    key.strip_prefix(EXPIRY_PREFIX)?.get(..20)?.parse().ok()
+}

@@ -1,0 +1,680 @@
+//! Webhook subscriptions: create, list, read, change, delete, resume, replay, and their delivery
+//! and attempt logs. A subscription belongs to the installation that made it (or whose manifest
+//! declared it): another installation, even in the same store, gets 404.
+
+use std::collections::BTreeSet;
+
+use jiff::Timestamp;
+use reqwest::Url;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::Service;
+use super::auth::Actor;
+use super::events::{Event, event_key};
+use super::pagination::{Listing, Page, PageRequest};
+use super::plugins::{Manifest, ManifestWebhook, Plugin, parse_events};
+use super::scopes::{EventType, Scope};
+use super::stores::Installation;
+use crate::delivery::records::{
+    Attempt, Delivery, DeliveryStatus, TargetRef, attempts_prefix, deliveries_prefix, delivery_key,
+};
+use crate::error::{Error, Result};
+use crate::ids::{InstallationId, StoreId, WebhookId};
+use crate::storage::Tx;
+
+/// The shortest secret accepted, in bytes (128 bits of a random hex or base64 string).
+pub const MIN_SECRET_BYTES: usize = 16;
+/// The longest secret accepted, in bytes.
+pub const MAX_SECRET_BYTES: usize = 256;
+/// The longest URL accepted.
+pub const MAX_URL_BYTES: usize = 2048;
+/// Subscriptions per installation.
+pub const MAX_WEBHOOKS_PER_INSTALLATION: usize = 50;
+
+/// Whether a subscription receives events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WebhookStatus {
+    /// Receives its events.
+    Active,
+    /// Paused after the retries of a delivery ran out; its events are recorded as failed
+    /// deliveries until it is resumed.
+    Paused,
+}
+
+/// Where a subscription came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WebhookSource {
+    /// `POST /v1/webhooks`.
+    Api,
+    /// The plugin manifest's `webhooks`, created at install.
+    Manifest,
+}
+
+/// A subscription as stored (with its secret).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Subscription {
+    /// Subscription id (`wh_…`).
+    pub id: WebhookId,
+    /// The store.
+    pub store_id: StoreId,
+    /// The installation that owns it.
+    pub installation_id: InstallationId,
+    /// Where events are POSTed.
+    pub url: String,
+    /// The events it receives.
+    pub events: Vec<EventType>,
+    /// The signing secret.
+    pub secret: String,
+    /// Active or paused.
+    pub status: WebhookStatus,
+    /// API or manifest.
+    pub source: WebhookSource,
+    /// Creation time.
+    pub created_at: Timestamp,
+    /// Last change.
+    pub updated_at: Timestamp,
+    /// When it was paused.
+    pub paused_at: Option<Timestamp>,
+    /// Why it was paused.
+    pub pause_reason: Option<String>,
+}
+
+impl Subscription {
+    /// Key of a subscription.
+    pub fn key(store: &StoreId, id: &WebhookId) -> String {
+        format!("wh/{store}/{id}")
+    }
+
+    /// Prefix of a store's subscriptions.
+    pub fn store_prefix(store: &StoreId) -> String {
+        format!("wh/{store}/")
+    }
+
+    fn by_installation_key(store: &StoreId, installation: &InstallationId) -> String {
+        format!("wh-inst/{store}/{installation}")
+    }
+
+    /// The delivery target it is.
+    pub fn target(&self) -> TargetRef {
+        TargetRef::Webhook(self.id.clone())
+    }
+
+    /// The API's view: everything but the secret.
+    pub fn view(&self) -> Webhook {
+        Webhook {
+            id: self.id.clone(),
+            installation_id: self.installation_id.clone(),
+            url: self.url.clone(),
+            events: self.events.clone(),
+            status: self.status,
+            source: self.source,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            paused_at: self.paused_at,
+            pause_reason: self.pause_reason.clone(),
+        }
+    }
+}
+
+/// A webhook subscription. The secret is write-only: the subscriber chose it, and it is never
+/// sent back.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Webhook {
+    /// Subscription id (`wh_…`).
+    pub id: WebhookId,
+    /// The installation that owns it.
+    pub installation_id: InstallationId,
+    /// Where events are POSTed.
+    #[schema(example = "https://plugin.example/hooks")]
+    pub url: String,
+    /// The events it receives.
+    pub events: Vec<EventType>,
+    /// `active`, or `paused` after the retries of a delivery ran out.
+    pub status: WebhookStatus,
+    /// `api` or `manifest`.
+    pub source: WebhookSource,
+    /// Creation time.
+    #[serde(with = "crate::clock::api_ts")]
+    #[schema(value_type = String)]
+    pub created_at: Timestamp,
+    /// Last change.
+    #[serde(with = "crate::clock::api_ts")]
+    #[schema(value_type = String)]
+    pub updated_at: Timestamp,
+    /// When it was paused (null while active).
+    #[serde(with = "crate::clock::api_ts::option")]
+    #[schema(value_type = Option<String>)]
+    pub paused_at: Option<Timestamp>,
+    /// Why it was paused (null while active).
+    pub pause_reason: Option<String>,
+}
+
+/// Body of `POST /v1/webhooks`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewWebhook {
+    /// An `http` or `https` URL whose host resolves to public addresses.
+    #[schema(example = "https://plugin.example/hooks")]
+    pub url: String,
+    /// Event names; each needs the read scope of its resource (`order.*`: `orders.read`).
+    #[schema(example = json!(["order.paid"]))]
+    pub events: Vec<String>,
+    /// Signing secret, 16 to 256 bytes.
+    #[schema(example = "whsec-3f9a1c2e8b7d4f60")]
+    pub secret: String,
+}
+
+/// Body of `PATCH /v1/webhooks/{id}`: the fields to change.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookPatch {
+    /// A new URL.
+    pub url: Option<String>,
+    /// A new list of events (replaces the old one).
+    pub events: Option<Vec<String>>,
+    /// A new secret (rotation: deliveries sign with it from the next attempt on).
+    pub secret: Option<String>,
+}
+
+/// Body of `POST /v1/webhooks/{id}/replay`: exactly one of the two fields.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayRequest {
+    /// Re-send this one failed event.
+    #[schema(value_type = Option<String>, example = "evt_01jd4z7k8m3n5p6q7r8s9t0v1w")]
+    pub event_id: Option<String>,
+    /// Re-send every failed event that happened at or after this time (RFC 3339).
+    #[schema(value_type = Option<String>, example = "2026-01-05T00:00:00Z")]
+    pub since: Option<String>,
+}
+
+/// Response of `POST /v1/webhooks/{id}/replay`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ReplayResult {
+    /// How many failed deliveries were queued again.
+    pub requeued: usize,
+}
+
+/// Query of `GET /v1/webhooks/{id}/deliveries`.
+#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DeliveryFilter {
+    /// Only deliveries in this state: `pending`, `succeeded` or `failed`.
+    pub status: Option<String>,
+    /// Items per page, 1 to 250; 50 when absent.
+    pub limit: Option<String>,
+    /// The `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+/// Checks a webhook URL's form: `http` or `https`, with a host, at most 2048 bytes.
+pub fn validate_url(field: &str, raw: &str) -> Result<Url> {
+    if raw.len() > MAX_URL_BYTES {
+        return Err(Error::invalid(
+            field,
+            format!("must be at most {MAX_URL_BYTES} bytes"),
+        ));
+    }
+    let url =
+        Url::parse(raw).map_err(|e| Error::invalid(field, format!("`{raw}` is not a URL: {e}")))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(Error::invalid(
+            field,
+            format!(
+                "must be an http or https URL; got scheme `{}`",
+                url.scheme()
+            ),
+        ));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(Error::invalid(field, "must name a host"));
+    }
+    Ok(url)
+}
+
+/// Checks a signing secret's length.
+pub fn validate_secret(field: &str, secret: &str) -> Result<()> {
+    if (MIN_SECRET_BYTES..=MAX_SECRET_BYTES).contains(&secret.len()) {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            field,
+            format!("must be {MIN_SECRET_BYTES} to {MAX_SECRET_BYTES} bytes long"),
+        ))
+    }
+}
+
+/// Parses event names (no duplicates) and checks that `scopes` allow receiving each.
+pub fn parse_subscribed_events(
+    field: &str,
+    events: &[String],
+    scopes: &BTreeSet<Scope>,
+    missing: impl Fn(usize, Scope) -> Error,
+) -> Result<Vec<EventType>> {
+    let parsed = parse_events(field, events)?;
+    let mut seen = BTreeSet::new();
+    for (i, event) in parsed.iter().enumerate() {
+        if !seen.insert(*event) {
+            return Err(Error::invalid(
+                format!("{field}[{i}]"),
+                format!("`{event}` is listed twice"),
+            ));
+        }
+        if let Some(scope) = event.required_scope()
+            && !scopes.contains(&scope)
+        {
+            return Err(missing(i, scope));
+        }
+    }
+    Ok(parsed)
+}
+
+/// Checks the `webhooks` of a manifest: URL form, events (each within the manifest's scopes),
+/// secret length.
+pub fn validate_manifest_webhooks(at: &str, manifest: &Manifest) -> Result<()> {
+    let scopes: BTreeSet<Scope> = manifest
+        .scopes
+        .iter()
+        .filter_map(|s| s.parse().ok())
+        .collect();
+    for (i, hook) in manifest.webhooks.iter().enumerate() {
+        let field = format!("{at}.webhooks[{i}]");
+        validate_url(&format!("{field}.url"), &hook.url)?;
+        parse_subscribed_events(
+            &format!("{field}.events"),
+            &hook.events,
+            &scopes,
+            |j, scope| {
+                Error::invalid(
+                    format!("{field}.events[{j}]"),
+                    format!(
+                        "receiving this event needs the `{scope}` scope, which the manifest does not declare"
+                    ),
+                )
+            },
+        )?;
+        validate_secret(&format!("{field}.secret"), &hook.secret)?;
+    }
+    Ok(())
+}
+
+/// Creates the manifest's subscriptions for a new installation, inside the install transaction.
+pub fn create_manifest_webhooks(
+    tx: &mut Tx<'_>,
+    installation: &Installation,
+    webhooks: &[ManifestWebhook],
+    now: Timestamp,
+) -> Result<()> {
+    for hook in webhooks {
+        let events = hook
+            .events
+            .iter()
+            .map(|e| e.parse::<EventType>())
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| anyhow::anyhow!("a published manifest has a bad event: {e}"))?;
+        let sub = Subscription {
+            id: WebhookId::generate(now),
+            store_id: installation.store_id.clone(),
+            installation_id: installation.id.clone(),
+            url: hook.url.clone(),
+            events,
+            secret: hook.secret.clone(),
+            status: WebhookStatus::Active,
+            source: WebhookSource::Manifest,
+            created_at: now,
+            updated_at: now,
+            paused_at: None,
+            pause_reason: None,
+        };
+        insert(tx, &sub)?;
+    }
+    Ok(())
+}
+
+/// Removes every subscription of an installation, inside the uninstall transaction. Their queued
+/// deliveries are dropped when they come due; their records expire with their events.
+pub fn remove_installation_webhooks(
+    tx: &mut Tx<'_>,
+    store: &StoreId,
+    installation: &InstallationId,
+) -> Result<()> {
+    let index = Subscription::by_installation_key(store, installation);
+    let ids: Vec<WebhookId> = tx.read(&index)?.unwrap_or_default();
+    for id in ids {
+        tx.remove(&Subscription::key(store, &id))?;
+    }
+    tx.remove(&index)
+}
+
+fn insert(tx: &mut Tx<'_>, sub: &Subscription) -> Result<()> {
+    let index = Subscription::by_installation_key(&sub.store_id, &sub.installation_id);
+    let mut ids: Vec<WebhookId> = tx.read(&index)?.unwrap_or_default();
+    if ids.len() >= MAX_WEBHOOKS_PER_INSTALLATION {
+        return Err(Error::conflict(
+            "too_many_webhooks",
+            format!(
+                "an installation has at most {MAX_WEBHOOKS_PER_INSTALLATION} webhook subscriptions"
+            ),
+        ));
+    }
+    ids.push(sub.id.clone());
+    tx.write(&index, &ids)?;
+    tx.write(&Subscription::key(&sub.store_id, &sub.id), sub)
+}
+
+fn missing_scope(_: usize, scope: Scope) -> Error {
+    Error::MissingScope {
+        scope: scope.as_str(),
+    }
+}
+
+impl Service {
+    async fn vet_url(&self, field: &str, raw: &str) -> Result<Url> {
+        let url = validate_url(field, raw)?;
+        self.network
+            .check(&url)
+            .await
+            .map_err(|refusal| Error::invalid(field, refusal.to_string()))?;
+        Ok(url)
+    }
+
+    /// Checks the addresses of a plugin's manifest webhooks before it is installed (their form
+    /// was checked at publish; the operator's allowed networks may have changed since).
+    pub async fn vet_manifest_webhooks(&self, plugin: &str) -> Result<()> {
+        let Some(plugin) = self.db.read::<Plugin>(&Plugin::key(plugin))? else {
+            return Ok(()); // `install` reports the unknown plugin.
+        };
+        for (i, hook) in plugin.manifest.webhooks.iter().enumerate() {
+            self.vet_url(&format!("manifest.webhooks[{i}].url"), &hook.url)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Subscribes the caller's installation. Each event needs the read scope of its resource.
+    pub async fn create_webhook(&self, actor: &Actor, new: NewWebhook) -> Result<Webhook> {
+        validate_url("url", &new.url)?;
+        let events = parse_subscribed_events("events", &new.events, &actor.scopes, missing_scope)?;
+        validate_secret("secret", &new.secret)?;
+        self.vet_url("url", &new.url).await?;
+        let now = self.now();
+        let sub = Subscription {
+            id: WebhookId::generate(now),
+            store_id: actor.store_id().clone(),
+            installation_id: actor.installation.clone(),
+            url: new.url,
+            events,
+            secret: new.secret,
+            status: WebhookStatus::Active,
+            source: WebhookSource::Api,
+            created_at: now,
+            updated_at: now,
+            paused_at: None,
+            pause_reason: None,
+        };
+        self.db.tx(|tx| insert(tx, &sub))?;
+        Ok(sub.view())
+    }
+
+    /// The caller's subscription `id`; another installation's is not found.
+    pub fn own_subscription(&self, actor: &Actor, id: &WebhookId) -> Result<Subscription> {
+        self.db
+            .read::<Subscription>(&Subscription::key(actor.store_id(), id))?
+            .filter(|s| s.installation_id == actor.installation)
+            .ok_or_else(|| Error::not_found("webhook", id))
+    }
+
+    /// The caller's subscriptions, oldest first.
+    pub fn list_webhooks(&self, actor: &Actor, page: &PageRequest) -> Result<Page<Webhook>> {
+        let prefix = Subscription::store_prefix(actor.store_id());
+        let list_id = format!("{prefix}{}", actor.installation);
+        let page = Listing {
+            prefix: &prefix,
+            list_id: &list_id,
+            newest_first: false,
+        }
+        .page(&self.db, &self.cursors, page, |s: &Subscription| {
+            s.installation_id == actor.installation
+        })?;
+        Ok(page.map(|s| s.view()))
+    }
+
+    /// Changes URL, events or secret.
+    pub async fn update_webhook(
+        &self,
+        actor: &Actor,
+        id: &WebhookId,
+        patch: WebhookPatch,
+    ) -> Result<Webhook> {
+        self.own_subscription(actor, id)?;
+        if let Some(url) = &patch.url {
+            validate_url("url", url)?;
+        }
+        let events = match &patch.events {
+            Some(events) => Some(parse_subscribed_events(
+                "events",
+                events,
+                &actor.scopes,
+                missing_scope,
+            )?),
+            None => None,
+        };
+        if let Some(secret) = &patch.secret {
+            validate_secret("secret", secret)?;
+        }
+        if let Some(url) = &patch.url {
+            self.vet_url("url", url).await?;
+        }
+        let now = self.now();
+        let sub = self.modify(actor, id, |sub| {
+            if let Some(url) = &patch.url {
+                sub.url = url.clone();
+            }
+            if let Some(events) = &events {
+                sub.events = events.clone();
+            }
+            if let Some(secret) = &patch.secret {
+                sub.secret = secret.clone();
+            }
+            sub.updated_at = now;
+            Ok(())
+        })?;
+        Ok(sub.view())
+    }
+
+    fn modify(
+        &self,
+        actor: &Actor,
+        id: &WebhookId,
+        mut change: impl FnMut(&mut Subscription) -> Result<()>,
+    ) -> Result<Subscription> {
+        let key = Subscription::key(actor.store_id(), id);
+        self.db.tx(|tx| {
+            let mut sub = tx
+                .read::<Subscription>(&key)?
+                .filter(|s| s.installation_id == actor.installation)
+                .ok_or_else(|| Error::not_found("webhook", id))?;
+            change(&mut sub)?;
+            tx.write(&key, &sub)?;
+            Ok(sub)
+        })
+    }
+
+    /// Deletes a subscription. Its queued deliveries are dropped.
+    pub fn delete_webhook(&self, actor: &Actor, id: &WebhookId) -> Result<()> {
+        let key = Subscription::key(actor.store_id(), id);
+        self.db.tx(|tx| {
+            tx.read::<Subscription>(&key)?
+                .filter(|s| s.installation_id == actor.installation)
+                .ok_or_else(|| Error::not_found("webhook", id))?;
+            tx.remove(&key)?;
+            let index = Subscription::by_installation_key(actor.store_id(), &actor.installation);
+            let mut ids: Vec<WebhookId> = tx.read(&index)?.unwrap_or_default();
+            ids.retain(|i| i != id);
+            tx.write(&index, &ids)
+        })
+    }
+
+    /// Resumes a paused subscription: new events are delivered again. Events that failed while
+    /// it was paused stay failed until replayed. Resuming an active subscription changes nothing.
+    pub fn resume_webhook(&self, actor: &Actor, id: &WebhookId) -> Result<Webhook> {
+        let now = self.now();
+        let sub = self.modify(actor, id, |sub| {
+            if sub.status == WebhookStatus::Paused {
+                sub.status = WebhookStatus::Active;
+                sub.paused_at = None;
+                sub.pause_reason = None;
+                sub.updated_at = now;
+            }
+            Ok(())
+        })?;
+        Ok(sub.view())
+    }
+
+    /// Queues failed deliveries of an active subscription again, with a fresh retry schedule:
+    /// one event (`event_id`), or every failed event since a time (`since`).
+    pub fn replay(
+        &self,
+        actor: &Actor,
+        id: &WebhookId,
+        request: &ReplayRequest,
+    ) -> Result<ReplayResult> {
+        let sub = self.own_subscription(actor, id)?;
+        if sub.status == WebhookStatus::Paused {
+            return Err(Error::conflict(
+                "webhook_paused",
+                "the webhook is paused; resume it before replaying",
+            ));
+        }
+        let target = sub.target();
+        let keys: Vec<String> = match (&request.event_id, &request.since) {
+            (Some(event), None) => {
+                let event = event
+                    .parse()
+                    .map_err(|_| Error::invalid("event_id", "must be an event id (`evt_…`)"))?;
+                let key = delivery_key(&sub.store_id, &target, &event);
+                let delivery = self
+                    .db
+                    .read::<Delivery>(&key)?
+                    .ok_or_else(|| Error::not_found("event", &event))?;
+                if delivery.status != DeliveryStatus::Failed {
+                    return Err(Error::Conflict {
+                        code: "delivery_not_failed",
+                        message: format!(
+                            "the delivery of `{event}` to this webhook has not failed"
+                        ),
+                        field: Some("event_id".into()),
+                    });
+                }
+                vec![key]
+            }
+            (None, Some(since)) => {
+                let since: Timestamp = since.parse().map_err(|_| {
+                    Error::invalid(
+                        "since",
+                        "must be an RFC 3339 time such as 2026-01-05T00:00:00Z",
+                    )
+                })?;
+                let prefix = deliveries_prefix(&sub.store_id, &target);
+                let mut keys = Vec::new();
+                let mut after: Option<String> = None;
+                loop {
+                    let batch: Vec<(String, Delivery)> =
+                        self.db.list(&prefix, after.as_deref(), false, 256)?;
+                    let done = batch.len() < 256;
+                    for (key, d) in batch {
+                        if d.status == DeliveryStatus::Failed && d.event_created_at >= since {
+                            keys.push(key.clone());
+                        }
+                        after = Some(key);
+                    }
+                    if done {
+                        break;
+                    }
+                }
+                keys
+            }
+            _ => {
+                return Err(Error::invalid(
+                    "body",
+                    "give exactly one of `event_id` (one event) or `since` (every failed event since a time)",
+                ));
+            }
+        };
+        let now = self.now();
+        let mut requeued = 0;
+        for chunk in keys.chunks(100) {
+            requeued += self.db.tx(|tx| {
+                let mut n = 0;
+                for key in chunk {
+                    if crate::delivery::queue::requeue(tx, key, now)? {
+                        n += 1;
+                    }
+                }
+                Ok(n)
+            })?;
+        }
+        Ok(ReplayResult { requeued })
+    }
+
+    /// The subscription's attempt log, newest first.
+    pub fn list_attempts(
+        &self,
+        actor: &Actor,
+        id: &WebhookId,
+        page: &PageRequest,
+    ) -> Result<Page<Attempt>> {
+        let sub = self.own_subscription(actor, id)?;
+        let prefix = attempts_prefix(&sub.store_id, &sub.target());
+        Listing {
+            prefix: &prefix,
+            list_id: &prefix,
+            newest_first: true,
+        }
+        .page(&self.db, &self.cursors, page, |_| true)
+    }
+
+    /// The subscription's deliveries (one per event), newest event first.
+    pub fn list_deliveries(
+        &self,
+        actor: &Actor,
+        id: &WebhookId,
+        filter: &DeliveryFilter,
+    ) -> Result<Page<Delivery>> {
+        let sub = self.own_subscription(actor, id)?;
+        let status = match filter.status.as_deref() {
+            None => None,
+            Some("pending") => Some(DeliveryStatus::Pending),
+            Some("succeeded") => Some(DeliveryStatus::Succeeded),
+            Some("failed") => Some(DeliveryStatus::Failed),
+            Some(other) => {
+                return Err(Error::invalid(
+                    "status",
+                    format!("`{other}` is not one of pending, succeeded, failed"),
+                ));
+            }
+        };
+        let page = PageRequest::parse(&super::PageParams {
+            limit: filter.limit.clone(),
+            cursor: filter.cursor.clone(),
+        })?;
+        let prefix = deliveries_prefix(&sub.store_id, &sub.target());
+        let list_id = format!("{prefix}?status={:?}", status);
+        Listing {
+            prefix: &prefix,
+            list_id: &list_id,
+            newest_first: true,
+        }
+        .page(&self.db, &self.cursors, &page, |d: &Delivery| {
+            status.is_none_or(|s| d.status == s)
+        })
+    }
+
+    /// The event a delivery carries, if it has not expired.
+    pub fn stored_event(&self, store: &StoreId, id: &crate::ids::EventId) -> Result<Option<Event>> {
+        self.db.read(&event_key(store, id))
+    }
+}

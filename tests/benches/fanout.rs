@@ -1,0 +1,204 @@
+//! Fan-out benchmark: events fired into many subscriptions, delivered and signed by the engine to
+//! a local receiver, beside a plain reqwest POST loop to the same receiver in the same run.
+//!
+//! `cargo bench -p commerce-host-tests --bench fanout` (release). Sizes:
+//! `FANOUT_EVENTS` (default 200) × `FANOUT_SUBSCRIPTIONS` (default 50) deliveries.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, Uri};
+use commerce_host::delivery::{Engine, EngineConfig};
+use commerce_host::service::EventType;
+use commerce_host::service::plugins::Manifest;
+use commerce_host::service::webhooks::NewWebhook;
+
+#[derive(Default)]
+struct Arrivals {
+    /// (event id, path) → when its first request arrived.
+    first: Mutex<HashMap<(String, String), Instant>>,
+}
+
+async fn receive(
+    State(arrivals): State<Arc<Arrivals>>,
+    uri: Uri,
+    headers: HeaderMap,
+    _body: Bytes,
+) -> &'static str {
+    let now = Instant::now();
+    let event = headers
+        .get("x-service-event-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("plain")
+        .to_owned();
+    let mut first = arrivals.first.lock().expect("lock");
+    first.entry((event, uri.path().to_owned())).or_insert(now);
+    "ok"
+}
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+fn report(name: &str, count: usize, elapsed: Duration, latencies: &mut [Duration]) {
+    latencies.sort();
+    println!(
+        "{name:<34} {count:>6} requests in {:>7.3} s = {:>8.0} req/s   latency p50 {:>7.2} ms  p99 {:>7.2} ms",
+        elapsed.as_secs_f64(),
+        count as f64 / elapsed.as_secs_f64(),
+        percentile(latencies, 50.0).as_secs_f64() * 1e3,
+        percentile(latencies, 99.0).as_secs_f64() * 1e3,
+    );
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let events = env_usize("FANOUT_EVENTS", 200);
+    let subscriptions = env_usize("FANOUT_SUBSCRIPTIONS", 50);
+    let concurrency = env_usize("FANOUT_CONCURRENCY", 64);
+
+    let arrivals = Arc::new(Arrivals::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    let app = axum::Router::new()
+        .fallback(receive)
+        .with_state(arrivals.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    // 1. The engine: a host on a temporary folder with the wall clock.
+    let data = tempfile::tempdir()?;
+    let mut config = commerce_host::Config::new(data.path());
+    config.admin_token = Some("bench-admin-token-0123456789".to_owned());
+    config.webhook_allow_networks = vec!["127.0.0.0/8".parse()?];
+    config.delivery_concurrency = concurrency;
+    let service = commerce_host::open_service(&config)?;
+    let store = service.create_store("bench.example")?;
+    service.publish_plugin(Manifest {
+        name: "bench".into(),
+        version: "1.0.0".into(),
+        description: None,
+        scopes: vec!["orders.read".into()],
+        contact_email: "dev@bench.example".into(),
+        webhooks: Vec::new(),
+        events: Vec::new(),
+        limits: None,
+    })?;
+    let installed = service.install(&store.id, "bench")?;
+    let actor = service.authenticate(&installed.token)?;
+    for i in 0..subscriptions {
+        service
+            .create_webhook(
+                &actor,
+                NewWebhook {
+                    url: format!("{base}/s{i}"),
+                    events: vec!["order.paid".into()],
+                    secret: "bench-secret-0123456789".into(),
+                },
+            )
+            .await?;
+    }
+    let engine = Engine::start(service.clone(), EngineConfig::from(&config))?;
+    // Let the plugin.installed event (no subscriber) drain first.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let mut fired = HashMap::new();
+    let start = Instant::now();
+    for n in 0..events {
+        let data = serde_json::json!({"order": {"id": format!("ord_{n}"), "total": 4200, "currency": "EUR"}});
+        let at = Instant::now();
+        let event = service.db.tx(|tx| {
+            tx.emit(
+                &store.reference(),
+                EventType::OrderPaid,
+                data.clone(),
+                service.now(),
+            )
+        })?;
+        fired.insert(event.id.to_string(), at);
+    }
+    let fire_elapsed = start.elapsed();
+    let total = events * subscriptions;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while arrivals.first.lock().expect("lock").len() < total {
+        anyhow::ensure!(Instant::now() < deadline, "deliveries did not finish");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let elapsed = start.elapsed();
+    engine.stop().await;
+    let mut latencies: Vec<Duration> = arrivals
+        .first
+        .lock()
+        .expect("lock")
+        .iter()
+        .filter_map(|((event, _), at)| fired.get(event).map(|f| at.duration_since(*f)))
+        .collect();
+    println!(
+        "fan-out: {events} events x {subscriptions} subscriptions = {total} signed deliveries, concurrency {concurrency}"
+    );
+    println!(
+        "  events fired (committed) in {:.3} s = {:.0} events/s; all delivered after {:.3} s = {:.0} events/s fully fanned out",
+        fire_elapsed.as_secs_f64(),
+        events as f64 / fire_elapsed.as_secs_f64(),
+        elapsed.as_secs_f64(),
+        events as f64 / elapsed.as_secs_f64()
+    );
+    report(
+        "  engine (event -> first attempt)",
+        total,
+        elapsed,
+        &mut latencies,
+    );
+
+    // 2. The baseline: the same number of POSTs of the same size, same concurrency, plain reqwest.
+    arrivals.first.lock().expect("lock").clear();
+    let body = Bytes::from(vec![b'x'; 330]);
+    let client = reqwest::Client::new();
+    let semaphore = Arc::new(tokio::sync::Semaphore::new(concurrency));
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..total {
+        let permit = semaphore.clone().acquire_owned().await?;
+        let client = client.clone();
+        let body = body.clone();
+        let url = format!("{base}/baseline{}", i % subscriptions);
+        tasks.spawn(async move {
+            let sent = Instant::now();
+            let ok = client
+                .post(url)
+                .header("x-service-event-id", format!("plain-{i}"))
+                .body(body)
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success());
+            drop(permit);
+            (ok, sent.elapsed())
+        });
+    }
+    let mut latencies = Vec::with_capacity(total);
+    while let Some(done) = tasks.join_next().await {
+        let (ok, latency) = done?;
+        anyhow::ensure!(ok, "baseline request failed");
+        latencies.push(latency);
+    }
+    report(
+        "  plain reqwest POST loop",
+        total,
+        start.elapsed(),
+        &mut latencies,
+    );
+    Ok(())
+}
