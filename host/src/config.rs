@@ -21,6 +21,9 @@ pub struct Config {
     pub durable_writes: bool,
     /// How often (real time) housekeeping runs: retention purges compare against `clock`.
     pub maintenance_interval: std::time::Duration,
+    /// How often (real time) the message worker looks for retries that came due on `clock`; it
+    /// also wakes at once whenever a message is queued.
+    pub message_poll_interval: std::time::Duration,
 }
 
 impl Config {
@@ -32,6 +35,7 @@ impl Config {
             clock: Arc::new(SystemClock),
             durable_writes: true,
             maintenance_interval: std::time::Duration::from_secs(60),
+            message_poll_interval: std::time::Duration::from_millis(250),
         }
     }
 

@@ -9,6 +9,7 @@ pub mod config;
 pub mod error;
 pub mod http;
 pub mod ids;
+pub mod outbound;
 pub mod service;
 pub mod storage;
 
@@ -49,6 +50,11 @@ pub async fn run(
         config.maintenance_interval,
         stop_rx.clone(),
     ));
+    let messages = tokio::spawn(outbound::worker::run(
+        service.clone(),
+        config.message_poll_interval,
+        stop_rx.clone(),
+    ));
     tracing::info!(addr = %listener.local_addr()?, data = %config.data_dir.display(), "commerce-host listening");
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
@@ -56,6 +62,7 @@ pub async fn run(
         .context("serving HTTP");
     let _ = stop_tx.send(true);
     let _ = maintenance.await;
+    let _ = messages.await;
     served?;
     service.db.flush().map_err(|e| anyhow::anyhow!("{e:#}"))?;
     tracing::info!("commerce-host stopped");
