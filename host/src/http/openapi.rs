@@ -3,7 +3,7 @@
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{admin, customers, middleware, orders, products, v1};
+use super::{admin, customers, middleware, notifications, orders, products, v1};
 
 /// The API description.
 #[derive(OpenApi)]
@@ -29,6 +29,12 @@ and, when sent, must name the token's store (400 if malformed, 403 `store_mismat
         admin::create_store, admin::list_stores, admin::get_store, admin::update_store,
         admin::publish_plugin, admin::list_plugins, admin::get_plugin,
         admin::install, admin::list_installations, admin::get_installation, admin::uninstall,
+        notifications::send_notification, notifications::get_notification,
+        notifications::list_banners, notifications::dismiss_banner, notifications::list_feed,
+        notifications::list_outbox, notifications::list_messages, notifications::get_message,
+        notifications::list_senders, notifications::set_sender, notifications::delete_sender,
+        notifications::get_template, notifications::set_template_override,
+        notifications::delete_template_override,
     ),
     components(schemas(middleware::ErrorResponse, middleware::ErrorObject,
         crate::service::events::Event, crate::service::scopes::EventType)),
@@ -38,6 +44,7 @@ and, when sent, must name the token's store (400 if malformed, 403 `store_mismat
         (name = "orders", description = "Orders: `status` draft → open → cancelled; `financial_status` pending → paid → partially_refunded → refunded; `fulfillment_status` unfulfilled → partially_fulfilled → fulfilled. Illegal transitions are 409 with a code."),
         (name = "products", description = "Products, variants and stock. Prices are positive integers in minor units with an ISO 4217 currency."),
         (name = "customers", description = "Customers and addresses. DELETE is a hard delete."),
+        (name = "notifications", description = "Outbound messages on six channels: `email`, `sms`, `whatsapp` and `push` render one of the plugin's templates for a recipient and go out through the merchant's connected sender, counted against the store's daily quota (email 200, sms 50, whatsapp 20, push 1000 by default; the day is the UTC calendar day); `banner` shows on the merchant dashboard, `feed` posts a card (one per plugin per store per rolling 24 hours). Over quota: 429 `quota_exceeded` with `Retry-After`, and nothing is queued. Sending needs no scope; the plugin never sees a customer's address."),
         (name = "operator", description = "Operator API, behind the admin token"),
     )
 )]
