@@ -37,6 +37,9 @@ pub struct Config {
     pub smtp_url: Option<String>,
     /// The sender of the host's own mail.
     pub mail_from: String,
+    /// How often (real time) the message worker looks for retries that came due on `clock`; it
+    /// also wakes at once whenever a message is queued.
+    pub message_poll_interval: std::time::Duration,
 }
 
 impl Config {
@@ -54,6 +57,7 @@ impl Config {
             delivery_poll_interval: Duration::from_millis(500),
             smtp_url: None,
             mail_from: "commerce-host <noreply@commerce-host.invalid>".to_owned(),
+            message_poll_interval: std::time::Duration::from_millis(250),
         }
     }
 

@@ -12,6 +12,7 @@ pub mod error;
 pub mod http;
 pub mod ids;
 pub mod notify;
+pub mod outbound;
 pub mod service;
 pub mod storage;
 
@@ -59,6 +60,11 @@ pub async fn run(
     ));
     let engine = delivery::Engine::start(service.clone(), delivery::EngineConfig::from(&config))
         .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    let messages = tokio::spawn(outbound::worker::run(
+        service.clone(),
+        config.message_poll_interval,
+        stop_rx.clone(),
+    ));
     tracing::info!(addr = %listener.local_addr()?, data = %config.data_dir.display(), "commerce-host listening");
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
@@ -67,6 +73,7 @@ pub async fn run(
     let _ = stop_tx.send(true);
     let _ = maintenance.await;
     engine.stop().await;
+    let _ = messages.await;
     served?;
     service.db.flush().map_err(|e| anyhow::anyhow!("{e:#}"))?;
     tracing::info!("commerce-host stopped");

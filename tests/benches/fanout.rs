@@ -87,16 +87,19 @@ async fn main() -> anyhow::Result<()> {
     config.delivery_concurrency = concurrency;
     let service = commerce_host::open_service(&config)?;
     let store = service.create_store("bench.example")?;
-    service.publish_plugin(Manifest {
-        name: "bench".into(),
-        version: "1.0.0".into(),
-        description: None,
-        scopes: vec!["orders.read".into()],
-        contact_email: "dev@bench.example".into(),
-        webhooks: Vec::new(),
-        events: Vec::new(),
-        limits: None,
-    })?;
+    service.publish_plugin(
+        Manifest {
+            name: "bench".into(),
+            version: "1.0.0".into(),
+            description: None,
+            scopes: vec!["orders.read".into()],
+            contact_email: "dev@bench.example".into(),
+            webhooks: Vec::new(),
+            events: Vec::new(),
+            limits: None,
+        },
+        &Default::default(),
+    )?;
     let installed = service.install(&store.id, "bench")?;
     let actor = service.authenticate(&installed.token)?;
     for i in 0..subscriptions {

@@ -11,8 +11,12 @@ use super::AppState;
 use super::extract::{Json, Query, path_id};
 use super::middleware::ErrorResponse;
 use crate::error::Result;
+use std::collections::BTreeMap;
+
 use crate::ids::{InstallationId, OrderId, StoreId};
 use crate::notify::MailRecord;
+use crate::outbound::quota::Quotas;
+use crate::outbound::templates::TemplateSource;
 use crate::service::events::Event;
 use crate::service::orders::{ConfirmPayment, Order};
 use crate::service::pagination::{Page, PageParams, PageRequest};
@@ -63,6 +67,9 @@ pub struct CreateStore {
 pub struct UpdateStore {
     /// New inbound rate limits; fields left out take the defaults (60/s, burst 120, 600/min).
     pub rate_limits: Option<RateLimits>,
+    /// New daily outbound quotas; fields left out take the defaults (email 200, sms 50,
+    /// whatsapp 20, push 1000).
+    pub quotas: Option<Quotas>,
 }
 
 /// Body of `POST /admin/v1/plugins`.
@@ -71,6 +78,9 @@ pub struct UpdateStore {
 pub struct PublishPlugin {
     /// The plugin's manifest.
     pub manifest: Manifest,
+    /// The version's message templates by key (the files of the package's `templates/`).
+    #[serde(default)]
+    pub templates: BTreeMap<String, TemplateSource>,
 }
 
 /// Body of `POST /admin/v1/stores/{store_id}/installations`.
@@ -118,7 +128,7 @@ pub async fn get_store(
     Ok(axum::Json(app.service.store(&id)?))
 }
 
-/// Change a store's settings (its rate limits).
+/// Change a store's settings: its inbound rate limits and its daily outbound quotas.
 #[utoipa::path(patch, path = "/admin/v1/stores/{store_id}", tag = "operator", request_body = UpdateStore,
     params(("store_id" = String, Path, description = "Store id")), security(("admin_token" = [])),
     responses((status = 200, body = Store), (status = 400, body = ErrorResponse),
@@ -129,14 +139,18 @@ pub async fn update_store(
     Json(body): Json<UpdateStore>,
 ) -> Result<axum::Json<Store>> {
     let id: StoreId = path_id("store", &store_id)?;
-    let store = match body.rate_limits {
-        Some(limits) => app.service.set_rate_limits(&id, limits)?,
-        None => app.service.store(&id)?,
-    };
-    Ok(axum::Json(store))
+    if let Some(limits) = body.rate_limits {
+        app.service.set_rate_limits(&id, limits)?;
+    }
+    if let Some(quotas) = body.quotas {
+        app.service.set_quotas(&id, quotas)?;
+    }
+    Ok(axum::Json(app.service.store(&id)?))
 }
 
-/// Publish a plugin (or a new version of one) from its manifest.
+/// Publish a plugin (or a new version of one) from its manifest and message templates. A
+/// template whose wording does not compile, or uses a variable it does not declare, is 400 on
+/// `templates.<key>.<channel>.<part>`.
 #[utoipa::path(post, path = "/admin/v1/plugins", tag = "operator", request_body = PublishPlugin,
     security(("admin_token" = [])),
     responses((status = 201, body = Plugin), (status = 400, body = ErrorResponse),
@@ -145,7 +159,7 @@ pub async fn publish_plugin(
     State(app): State<AppState>,
     Json(body): Json<PublishPlugin>,
 ) -> Result<(StatusCode, axum::Json<Plugin>)> {
-    let plugin = app.service.publish_plugin(body.manifest)?;
+    let plugin = app.service.publish_plugin(body.manifest, &body.templates)?;
     Ok((StatusCode::CREATED, axum::Json(plugin)))
 }
 

@@ -6,6 +6,7 @@ pub mod customers;
 pub mod extract;
 pub mod idempotency;
 pub mod middleware;
+pub mod notifications;
 pub mod openapi;
 pub mod orders;
 pub mod products;
@@ -36,6 +37,7 @@ pub fn router(state: AppState) -> Router {
         .merge(orders::router())
         .merge(products::router())
         .merge(customers::router())
+        .merge(notifications::router())
         // Layers run outside-in: authenticate and rate-limit first, then idempotency.
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -47,10 +49,12 @@ pub fn router(state: AppState) -> Router {
             middleware::v1_auth,
         ))
         .route("/openapi.json", get(openapi::serve));
-    let admin = admin::router().route_layer(axum::middleware::from_fn_with_state(
-        state.clone(),
-        middleware::admin_auth,
-    ));
+    let admin = admin::router()
+        .merge(notifications::admin_router())
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            middleware::admin_auth,
+        ));
     Router::new()
         .nest("/v1", v1)
         .nest("/admin/v1", admin)

@@ -3,7 +3,7 @@
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{admin, customers, middleware, orders, products, v1, webhooks};
+use super::{admin, customers, middleware, notifications, orders, products, v1, webhooks};
 
 /// The API description.
 #[derive(OpenApi)]
@@ -40,6 +40,12 @@ kept 30 days from the event, then purged."
         admin::publish_plugin, admin::list_plugins, admin::get_plugin,
         admin::install, admin::list_installations, admin::get_installation, admin::uninstall,
         admin::list_mail,
+        notifications::send_notification, notifications::get_notification,
+        notifications::list_banners, notifications::dismiss_banner, notifications::list_feed,
+        notifications::list_outbox, notifications::list_messages, notifications::get_message,
+        notifications::list_senders, notifications::set_sender, notifications::delete_sender,
+        notifications::get_template, notifications::set_template_override,
+        notifications::delete_template_override,
     ),
     components(schemas(middleware::ErrorResponse, middleware::ErrorObject,
         crate::service::events::Event, crate::service::scopes::EventType)),
@@ -50,6 +56,7 @@ kept 30 days from the event, then purged."
         (name = "products", description = "Products, variants and stock. Prices are positive integers in minor units with an ISO 4217 currency."),
         (name = "customers", description = "Customers and addresses. DELETE is a hard delete."),
         (name = "webhooks", description = "Webhook subscriptions, replay and delivery logs"),
+        (name = "notifications", description = "Outbound messages on six channels: `email`, `sms`, `whatsapp` and `push` render one of the plugin's templates for a recipient and go out through the merchant's connected sender, counted against the store's daily quota (email 200, sms 50, whatsapp 20, push 1000 by default; the day is the UTC calendar day); `banner` shows on the merchant dashboard, `feed` posts a card (one per plugin per store per rolling 24 hours). Over quota: 429 `quota_exceeded` with `Retry-After`, and nothing is queued. Sending needs no scope; the plugin never sees a customer's address."),
         (name = "operator", description = "Operator API, behind the admin token"),
     )
 )]

@@ -58,6 +58,8 @@ pub struct Inner {
     pub mailer: Mailer,
     /// SHA-256 of the operator's admin token.
     admin_token_hash: [u8; 32],
+    /// Wakes the outbound message worker when a message is queued.
+    pub outbound: Arc<tokio::sync::Notify>,
 }
 
 /// Settings of the service beyond storage and time.
@@ -125,6 +127,7 @@ impl Service {
                 limiter: ratelimit::RateLimiter::default(),
                 cursors: pagination::Cursors::new(key),
                 admin_token_hash: auth::hash_token(admin_token),
+                outbound: Arc::default(),
             }),
         })
     }

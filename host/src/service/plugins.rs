@@ -1,6 +1,6 @@
 //! Published plugins and their manifests.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -10,6 +10,7 @@ use super::Service;
 use super::pagination::{Listing, Page, PageRequest};
 use super::scopes::{EventType, Scope};
 use crate::error::{Error, Result};
+use crate::outbound::templates::{TemplateSource, validate_templates};
 
 /// A plugin's manifest (`plugin.toml`, or JSON over HTTP). Unknown fields are refused.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -89,6 +90,9 @@ pub struct Plugin {
     #[serde(with = "crate::clock::api_ts")]
     #[schema(value_type = String)]
     pub published_at: Timestamp,
+    /// The keys of the current version's message templates.
+    #[serde(default)]
+    pub templates: Vec<String>,
 }
 
 impl Plugin {
@@ -211,9 +215,15 @@ impl Manifest {
 }
 
 impl Service {
-    /// Publishes a new plugin, or a new version of one. Versions only go up.
-    pub fn publish_plugin(&self, manifest: Manifest) -> Result<Plugin> {
+    /// Publishes a new plugin, or a new version of one, with the version's message templates
+    /// (checked here: a bad template refuses the publish). Versions only go up.
+    pub fn publish_plugin(
+        &self,
+        manifest: Manifest,
+        templates: &BTreeMap<String, TemplateSource>,
+    ) -> Result<Plugin> {
         manifest.validate("manifest")?;
+        validate_templates(templates)?;
         let now = self.now();
         self.db.tx(|tx| {
             if let Some(current) = tx.read::<Plugin>(&Plugin::key(&manifest.name))? {
@@ -234,7 +244,9 @@ impl Service {
                 version: manifest.version.clone(),
                 manifest: manifest.clone(),
                 published_at: now,
+                templates: templates.keys().cloned().collect(),
             };
+            tx.write_templates(&plugin.name, &plugin.version, templates)?;
             tx.write(&Plugin::key(&plugin.name), &plugin)?;
             tx.write(&format!("plugin-version/{}/{}", plugin.name, plugin.version), &plugin)?;
             Ok(plugin)

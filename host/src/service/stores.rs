@@ -13,6 +13,7 @@ use super::ratelimit::RateLimits;
 use super::scopes::{EventType, Scope};
 use crate::error::{Error, Result};
 use crate::ids::{InstallationId, StoreId};
+use crate::outbound::quota::Quotas;
 
 /// A merchant store.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -27,6 +28,9 @@ pub struct Store {
     pub created_at: Timestamp,
     /// Inbound API rate limits, shared by every installation of the store.
     pub rate_limits: RateLimits,
+    /// Outbound messages per UTC day and channel (stores created before quotas get the defaults).
+    #[serde(default)]
+    pub quotas: Quotas,
 }
 
 impl Store {
@@ -100,7 +104,8 @@ impl Installation {
         format!("inst/{store}/{id}")
     }
 
-    fn by_plugin_key(store: &StoreId, plugin: &str) -> String {
+    /// Key of the index from a plugin name to its active installation in a store.
+    pub fn by_plugin_key(store: &StoreId, plugin: &str) -> String {
         format!("inst-by-plugin/{store}/{plugin}")
     }
 }
@@ -144,6 +149,7 @@ impl Service {
             domain: domain.to_owned(),
             created_at: now,
             rate_limits: RateLimits::default(),
+            quotas: Quotas::default(),
         };
         self.db.tx(|tx| {
             let domain_key = format!("store-domain/{domain}");
@@ -188,11 +194,21 @@ impl Service {
     /// Sets a store's rate limits.
     pub fn set_rate_limits(&self, id: &StoreId, limits: RateLimits) -> Result<Store> {
         limits.validate("rate_limits")?;
+        self.update_store(id, |store| store.rate_limits = limits)
+    }
+
+    /// Sets a store's daily outbound quotas; the new quotas apply to today's count at once.
+    pub fn set_quotas(&self, id: &StoreId, quotas: Quotas) -> Result<Store> {
+        quotas.validate("quotas")?;
+        self.update_store(id, |store| store.quotas = quotas)
+    }
+
+    fn update_store(&self, id: &StoreId, change: impl Fn(&mut Store)) -> Result<Store> {
         self.db.tx(|tx| {
             let mut store: Store = tx
                 .read(&Store::key(id))?
                 .ok_or_else(|| Error::not_found("store", id))?;
-            store.rate_limits = limits;
+            change(&mut store);
             tx.write(&Store::key(id), &store)?;
             Ok(store)
         })

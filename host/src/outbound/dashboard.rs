@@ -1,0 +1,101 @@
+//! What the merchant sees (active banners, feed cards) and the operator's view of a store's
+//! messages, outbox included.
+
+use serde::Deserialize;
+use utoipa::IntoParams;
+
+use super::records::{Banner, Channel, FeedCard, Message, MessageStatus};
+use crate::error::{Error, Result};
+use crate::ids::{MessageId, StoreId};
+use crate::service::Service;
+use crate::service::pagination::{Listing, Page, PageRequest};
+
+/// Filters of `GET /admin/v1/stores/{store_id}/notifications`.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct MessageFilter {
+    /// Only messages with this status (`queued`, `sent`, `failed`, `outbox`, `shown`).
+    #[param(value_type = Option<String>)]
+    pub status: Option<MessageStatus>,
+    /// Only messages on this channel.
+    #[param(value_type = Option<String>)]
+    pub channel: Option<Channel>,
+    /// Items per page, 1 to 250; 50 when absent.
+    pub limit: Option<String>,
+    /// The `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+impl Service {
+    /// The banners showing on a store's dashboard now (not expired, not dismissed), newest first.
+    pub fn active_banners(&self, store: &StoreId, page: &PageRequest) -> Result<Page<Banner>> {
+        self.store(store)?;
+        let now = self.now();
+        let prefix = format!("banner/{store}/");
+        Listing {
+            prefix: &prefix,
+            list_id: &prefix,
+            newest_first: true,
+        }
+        .page(&self.db, &self.cursors, page, |b: &Banner| b.is_active(now))
+    }
+
+    /// The merchant dismisses a banner. Dismissing it again changes nothing.
+    pub fn dismiss_banner(&self, store: &StoreId, id: &MessageId) -> Result<Banner> {
+        self.store(store)?;
+        let now = self.now();
+        self.db.tx(|tx| {
+            let key = Banner::key(store, id);
+            let mut banner: Banner = tx
+                .read(&key)?
+                .ok_or_else(|| Error::not_found("banner", id))?;
+            if banner.dismissed_at.is_none() {
+                banner.dismissed_at = Some(now);
+                tx.write(&key, &banner)?;
+            }
+            Ok(banner)
+        })
+    }
+
+    /// A store's feed cards, newest first.
+    pub fn feed(&self, store: &StoreId, page: &PageRequest) -> Result<Page<FeedCard>> {
+        self.store(store)?;
+        let prefix = format!("feed/{store}/");
+        Listing {
+            prefix: &prefix,
+            list_id: &prefix,
+            newest_first: true,
+        }
+        .page(&self.db, &self.cursors, page, |_| true)
+    }
+
+    /// A store's messages, newest first, with their resolved address, content and delivery state
+    /// (operator API). The outbox is `status=outbox`.
+    pub fn messages(
+        &self,
+        store: &StoreId,
+        filter: &MessageFilter,
+        page: &PageRequest,
+    ) -> Result<Page<Message>> {
+        self.store(store)?;
+        let prefix = Message::prefix(store);
+        let list_id = format!("{prefix}?{:?}&{:?}", filter.status, filter.channel);
+        Listing {
+            prefix: &prefix,
+            list_id: &list_id,
+            newest_first: true,
+        }
+        .page(&self.db, &self.cursors, page, |m: &Message| {
+            filter.status.is_none_or(|s| m.notification.status == s)
+                && filter.channel.is_none_or(|c| m.notification.channel == c)
+        })
+    }
+
+    /// One message of a store (operator API).
+    pub fn message(&self, store: &StoreId, id: &MessageId) -> Result<Message> {
+        self.db
+            .read(&Message::key(store, id))?
+            .ok_or_else(|| Error::not_found("notification", id))
+    }
+}

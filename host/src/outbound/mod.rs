@@ -1,0 +1,26 @@
+//! Outbound messages: `POST /v1/notifications` on six channels, the templates they render, the
+//! merchant's quotas and senders, and the worker that sends what was accepted.
+//!
+//! Every rule lives here, in the service layer, so that an HTTP plugin and a component calling the
+//! WIT host functions are held to exactly the same checks:
+//!
+//! - [`request`]: the request body and its validation into typed inputs;
+//! - [`templates`]: plugin templates, merchant overrides, strict rendering;
+//! - [`quota`]: the per-store daily quotas and the feed's one card per plugin per 24 hours;
+//! - [`send`]: accepting a notification (validate, render, count, record, queue) in one
+//!   transaction;
+//! - [`dashboard`]: what the merchant sees (banners, feed cards) and the operator's message lists;
+//! - [`senders`]: the merchant's connected senders (SMTP, HTTP providers);
+//! - [`worker`]: sends queued messages after the request returned, with retries.
+
+pub mod dashboard;
+pub mod quota;
+pub mod records;
+pub mod request;
+pub mod send;
+pub mod senders;
+pub mod templates;
+pub mod worker;
+
+pub use records::{Channel, Message, MessageStatus, Notification, NotificationAccepted};
+pub use request::NotificationRequest;

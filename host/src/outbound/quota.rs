@@ -1,0 +1,220 @@
+//! Quotas: per store and channel, per UTC calendar day; and the feed's one card per plugin per
+//! rolling 24 hours.
+//!
+//! The check and the increment run inside the transaction that records the message, so two
+//! requests racing for the last slot can never both get it, and a refused message is never
+//! queued.
+
+use jiff::tz::TimeZone;
+use jiff::{SignedDuration, Timestamp};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::records::Channel;
+use crate::error::{Error, Result};
+use crate::ids::StoreId;
+use crate::storage::Tx;
+
+/// The largest daily quota the operator may set.
+pub const MAX_QUOTA: u64 = 1_000_000;
+
+/// How long a plugin waits between two feed cards in one store.
+pub const FEED_CARD_INTERVAL: SignedDuration = SignedDuration::from_hours(24);
+
+/// Messages a store may send per UTC day, per channel. Banners and feed cards have no quota
+/// (the feed has its own per-plugin rule).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct Quotas {
+    /// Emails per day (default 200).
+    #[schema(default = 200, maximum = 1_000_000)]
+    pub email: u64,
+    /// SMS per day (default 50).
+    #[schema(default = 50, maximum = 1_000_000)]
+    pub sms: u64,
+    /// WhatsApp messages per day (default 20).
+    #[schema(default = 20, maximum = 1_000_000)]
+    pub whatsapp: u64,
+    /// Push notifications per day (default 1000).
+    #[schema(default = 1000, maximum = 1_000_000)]
+    pub push: u64,
+}
+
+impl Default for Quotas {
+    fn default() -> Self {
+        Self {
+            email: 200,
+            sms: 50,
+            whatsapp: 20,
+            push: 1000,
+        }
+    }
+}
+
+impl Quotas {
+    /// Checks every quota is within 0 (channel off) and [`MAX_QUOTA`].
+    pub fn validate(&self, field: &str) -> Result<()> {
+        for channel in Channel::MESSAGES {
+            if self.limit(channel).unwrap_or(0) > MAX_QUOTA {
+                return Err(Error::invalid(
+                    format!("{field}.{channel}"),
+                    format!("must be from 0 to {MAX_QUOTA} messages per day"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The daily quota of a channel; `None` for the unlimited ones.
+    pub fn limit(&self, channel: Channel) -> Option<u64> {
+        match channel {
+            Channel::Email => Some(self.email),
+            Channel::Sms => Some(self.sms),
+            Channel::Whatsapp => Some(self.whatsapp),
+            Channel::Push => Some(self.push),
+            Channel::Banner | Channel::Feed => None,
+        }
+    }
+}
+
+/// A channel's quota after a message was counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct QuotaState {
+    /// Messages allowed per day.
+    pub limit: u64,
+    /// Messages counted today, this one included.
+    pub used: u64,
+    /// Messages left today.
+    pub remaining: u64,
+    /// When the count starts again from zero: the next midnight UTC.
+    #[serde(with = "crate::clock::api_ts")]
+    #[schema(value_type = String, example = "2026-11-23T00:00:00.000Z")]
+    pub resets_at: Timestamp,
+}
+
+/// The UTC day `now` falls in (`2026-01-05`) and when it ends.
+pub fn day_window(now: Timestamp) -> (String, Timestamp) {
+    let date = now.to_zoned(TimeZone::UTC).date();
+    let ends = date
+        .tomorrow()
+        .and_then(|d| d.to_zoned(TimeZone::UTC))
+        .map(|z| z.timestamp())
+        .unwrap_or(Timestamp::MAX);
+    (date.to_string(), ends)
+}
+
+/// Whole seconds from `now` until `at`, rounded up, at least 1: what `Retry-After` says.
+pub fn seconds_until(now: Timestamp, at: Timestamp) -> u64 {
+    let ms = at.as_millisecond().saturating_sub(now.as_millisecond());
+    u64::try_from(ms).map_or(1, |ms| ms.div_ceil(1000).max(1))
+}
+
+fn counter_key(store: &StoreId, channel: Channel, day: &str) -> String {
+    format!("quota/{store}/{channel}/{day}")
+}
+
+/// Key prefix of a store's quota counters.
+pub fn counters_prefix(store: &StoreId) -> String {
+    format!("quota/{store}/")
+}
+
+fn feed_key(store: &StoreId, plugin: &str) -> String {
+    format!("feed-last/{store}/{plugin}")
+}
+
+impl Tx<'_> {
+    /// Counts one message of `channel` against `limit` for today, or refuses it with
+    /// `quota_exceeded` (and `Retry-After` = seconds until midnight UTC) when none is left.
+    pub fn take_quota(
+        &mut self,
+        store: &StoreId,
+        channel: Channel,
+        limit: u64,
+        now: Timestamp,
+    ) -> Result<QuotaState> {
+        let (day, resets_at) = day_window(now);
+        let key = counter_key(store, channel, &day);
+        let used: u64 = self.read(&key)?.unwrap_or(0);
+        if used >= limit {
+            return Err(Error::QuotaExceeded {
+                channel: channel.to_string(),
+                limit,
+                retry_after: seconds_until(now, resets_at),
+            });
+        }
+        self.write(&key, &(used + 1))?;
+        Ok(QuotaState {
+            limit,
+            used: used + 1,
+            remaining: limit - used - 1,
+            resets_at,
+        })
+    }
+
+    /// Takes the plugin's feed slot: one card per plugin per store per rolling 24 hours from its
+    /// last card, else `quota_exceeded` with `Retry-After` = seconds until the slot frees.
+    pub fn take_feed_slot(&mut self, store: &StoreId, plugin: &str, now: Timestamp) -> Result<()> {
+        let key = feed_key(store, plugin);
+        if let Some(last) = self.read::<Timestamp>(&key)? {
+            let free_at = last
+                .saturating_add(FEED_CARD_INTERVAL)
+                .unwrap_or(Timestamp::MAX);
+            if now < free_at {
+                return Err(Error::QuotaExceeded {
+                    channel: Channel::Feed.to_string(),
+                    limit: 1,
+                    retry_after: seconds_until(now, free_at),
+                });
+            }
+        }
+        self.write(&key, &now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().expect("timestamp")
+    }
+
+    #[test]
+    fn the_day_ends_at_the_next_utc_midnight() {
+        let (day, ends) = day_window(ts("2026-01-05T23:59:59.500Z"));
+        assert_eq!(day, "2026-01-05");
+        assert_eq!(ends, ts("2026-01-06T00:00:00Z"));
+        let (day, ends) = day_window(ts("2026-01-06T00:00:00Z"));
+        assert_eq!(day, "2026-01-06");
+        assert_eq!(ends, ts("2026-01-07T00:00:00Z"));
+    }
+
+    #[test]
+    fn stores_saved_before_quotas_load_with_the_default_quotas() {
+        let mut record = serde_json::to_value(crate::service::stores::Store {
+            id: "store_a".parse().expect("id"),
+            domain: "a.example".into(),
+            created_at: ts("2026-01-05T00:00:00Z"),
+            rate_limits: crate::service::ratelimit::RateLimits::default(),
+            quotas: Quotas {
+                email: 1,
+                sms: 1,
+                whatsapp: 1,
+                push: 1,
+            },
+        })
+        .expect("json");
+        record.as_object_mut().expect("object").remove("quotas");
+        let store: crate::service::stores::Store =
+            serde_json::from_value(record).expect("old record");
+        assert_eq!(store.quotas, Quotas::default());
+    }
+
+    #[test]
+    fn retry_after_rounds_up_and_is_never_zero() {
+        let midnight = ts("2026-01-06T00:00:00Z");
+        assert_eq!(seconds_until(ts("2026-01-05T23:59:59.500Z"), midnight), 1);
+        assert_eq!(seconds_until(ts("2026-01-05T00:00:00Z"), midnight), 86_400);
+        assert_eq!(seconds_until(midnight, midnight), 1);
+    }
+}
