@@ -1,6 +1,157 @@
-//! The SDK for commerce-host plugins.
+//! Build plugins for commerce-host.
 //!
-//! Plugins that live outside the host as plain HTTP services receive signed webhooks: verify
-//! each request with [`webhook::verify`] before trusting its body.
+//! A plugin is a WebAssembly component that the host runs in a sandbox: it receives the store's
+//! events and calls the store's capabilities (orders, products, inventory, customers,
+//! notifications) with exactly the scopes its manifest declares. This crate wraps the WIT contract
+//! (`commerce:plugin@0.1.0`) so that a plugin crate needs no `wit_bindgen` code of its own.
+//!
+//! # A complete plugin
+//!
+//! `Cargo.toml`:
+//!
+//! ```toml
+//! [package]
+//! name = "order-thanks"
+//! version = "0.1.0"
+//! edition = "2024"
+//!
+//! [lib]
+//! crate-type = ["cdylib"]
+//!
+//! [dependencies]
+//! commerce-guest-sdk = { path = "../../guest-sdk" }
+//! ```
+//!
+//! `src/lib.rs`:
+//!
+//! ```no_run
+//! use commerce_guest_sdk::{Event, PaidOrder, Plugin, Result, commerce_plugin, log, notify, orders};
+//!
+//! #[derive(Default)]
+//! struct Thanks;
+//!
+//! impl Plugin for Thanks {
+//!     fn on_order_paid(&self, _event: &Event, paid: &PaidOrder) -> Result<()> {
+//!         let order = orders::get(&paid.id)?; // needs the `orders.read` scope
+//!         let Some(customer) = order.customer_id else {
+//!             log::info("the order has no customer; nothing to send");
+//!             return Ok(());
+//!         };
+//!         let data = serde_json::json!({ "order_id": order.id, "total": paid.total });
+//!         notify::email(&format!("customer:{customer}"), "order-thanks", &data)?;
+//!         Ok(())
+//!     }
+//! }
+//!
+//! commerce_plugin!(Thanks);
+//! ```
+//!
+//! Build it with `cargo build --release --target wasm32-wasip2`: the `.wasm` in
+//! `target/wasm32-wasip2/release/` is the component the host installs. Its manifest
+//! (`plugin.toml`) names the events it receives and the scopes it needs.
+//!
+//! # How a plugin runs
+//!
+//! Every event goes to a fresh instance: nothing survives between events, so keep state in the
+//! store (custom fields, tags) or in the plugin's settings. An instance has limits on memory, CPU,
+//! time (10 s), host calls and log bytes; a plugin that breaks one is stopped and its delivery
+//! attempt fails. A handler that returns an error fails the attempt too; failed attempts are
+//! retried after 1 m, 5 m, 30 m, 2 h, 6 h and 24 h, with the same event id.
+//!
+//! # External plugins
+//!
+//! A plugin can also live outside the host as a plain HTTP service: it calls the `/v1` REST API
+//! with its project token and receives signed webhooks. Verify each webhook request with
+//! [`webhook::verify`] before trusting its body; this part of the crate builds natively.
+//!
+//! Host calls return [`Result`]: a refusal is an [`Error`] carrying the host's typed
+//! [`HostError`] (`Forbidden` for a scope the plugin lacks, `Invalid` with the field, `QuotaExceeded`
+//! and `RateLimited` with the seconds to wait, …). A refused call has had no effect.
 
+mod error;
+mod plugin;
+
+pub mod customers;
+pub mod inventory;
+pub mod log;
+pub mod notify;
+pub mod orders;
+pub mod products;
 pub mod webhook;
+
+pub use error::{Error, Result};
+pub use notify::AddButton;
+pub use plugin::Plugin;
+
+// The generated bindings stay behind this hidden module: plugin authors see only the curated
+// names re-exported below, so a change of wit-bindgen does not ripple into every plugin's source.
+#[doc(hidden)]
+#[allow(clippy::all, clippy::pedantic, missing_docs, unsafe_code)]
+pub mod __bindings {
+    wit_bindgen::generate!({
+        path: "../wit",
+        world: "commerce:plugin/plugin@0.1.0",
+        // The export macro is called from the plugin crate and must find the generated types
+        // here, not in the plugin crate.
+        pub_export_macro: true,
+        export_macro_name: "__export_commerce_plugin",
+        default_bindings_module: "::commerce_guest_sdk::__bindings",
+    });
+}
+
+pub use __bindings::commerce::plugin::events::{
+    Event, EventData, Installation, InventoryChange, OrderRefund, PaidOrder, StoreRef,
+};
+pub use __bindings::commerce::plugin::types::{
+    Address, CustomField, Customer, FieldError, FinancialStatus, Fulfillment, FulfillmentStatus,
+    HostError, LineItem, LineQuantity, Media, Order, OrderStatus, PageInfo, PageRequest, Product,
+    ProductStatus, Refund, RuleError, Variant,
+};
+
+/// The merchant's settings for this installation, decoded from JSON into `T`.
+///
+/// Settings are `{}` until the merchant configures the plugin; give `T` defaults
+/// (`#[serde(default)]`) so that an unconfigured plugin still works.
+pub fn settings<T: serde::de::DeserializeOwned>() -> Result<T> {
+    let raw = __bindings::commerce::plugin::settings::get()?;
+    serde_json::from_str(&raw).map_err(|e| {
+        Error::new(format!(
+            "the plugin's settings do not match their type: {e}"
+        ))
+    })
+}
+
+/// Registers a [`Plugin`] type as the component's event handler. Use it once, at the root of the
+/// plugin crate.
+#[macro_export]
+macro_rules! commerce_plugin {
+    ($plugin:ty) => {
+        // The generated export macro takes a path, not a generic type, hence the alias.
+        #[doc(hidden)]
+        type __CommercePluginExport = $crate::__private::Adapter<$plugin>;
+        $crate::__bindings::__export_commerce_plugin!(__CommercePluginExport with_types_in $crate::__bindings);
+    };
+}
+
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::plugin::Adapter;
+}
+
+/// A first page request of `limit` items (1 to 250).
+pub fn first_page(limit: u32) -> PageRequest {
+    PageRequest {
+        cursor: None,
+        limit: Some(limit),
+    }
+}
+
+impl PageInfo {
+    /// The request for the page after this one, or `None` on the last page.
+    pub fn next(&self, limit: u32) -> Option<PageRequest> {
+        self.next_cursor.as_ref().map(|c| PageRequest {
+            cursor: Some(c.clone()),
+            limit: Some(limit),
+        })
+    }
+}

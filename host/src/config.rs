@@ -18,6 +18,10 @@ pub struct Config {
     pub admin_token: Option<String>,
     /// Time source (tests inject a manual clock).
     pub clock: SharedClock,
+    /// The component runtime's engine-wide settings (instance pool, stack, epoch tick).
+    pub plugin_runtime: crate::plugins::RuntimeConfig,
+    /// Per-invocation limits of components: defaults and the maxima a manifest may ask for.
+    pub plugin_limits: crate::plugins::LimitPolicy,
     /// Flush storage on every write transaction (an acknowledged write survives `kill -9`).
     pub durable_writes: bool,
     /// How often (real time) housekeeping runs: retention purges compare against `clock`.
@@ -49,6 +53,8 @@ impl Config {
             data_dir: data_dir.into(),
             admin_token: None,
             clock: Arc::new(SystemClock),
+            plugin_runtime: crate::plugins::RuntimeConfig::default(),
+            plugin_limits: crate::plugins::LimitPolicy::default(),
             durable_writes: true,
             maintenance_interval: std::time::Duration::from_secs(60),
             webhook_allow_networks: Vec::new(),

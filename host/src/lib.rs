@@ -13,6 +13,7 @@ pub mod http;
 pub mod ids;
 pub mod notify;
 pub mod outbound;
+pub mod plugins;
 pub mod service;
 pub mod storage;
 
@@ -49,8 +50,14 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let service = open_service(&config)?;
+    let plugins = std::sync::Arc::new(plugins::Plugins::new(
+        &config.data_dir.join("components"),
+        config.plugin_runtime.clone(),
+        config.plugin_limits.clone(),
+    )?);
     let app = http::router(http::AppState {
         service: service.clone(),
+        plugins: plugins.clone(),
     });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let maintenance = tokio::spawn(maintenance_loop(
@@ -58,8 +65,12 @@ pub async fn run(
         config.maintenance_interval,
         stop_rx.clone(),
     ));
-    let engine = delivery::Engine::start(service.clone(), delivery::EngineConfig::from(&config))
-        .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    let engine = delivery::Engine::start(
+        service.clone(),
+        delivery::EngineConfig::from(&config),
+        Some(plugins),
+    )
+    .map_err(|e| anyhow::anyhow!("{e:#}"))?;
     let messages = tokio::spawn(outbound::worker::run(
         service.clone(),
         config.message_poll_interval,

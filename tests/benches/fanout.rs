@@ -99,6 +99,7 @@ async fn main() -> anyhow::Result<()> {
             limits: None,
         },
         &Default::default(),
+        None,
     )?;
     let installed = service.install(&store.id, "bench")?;
     let actor = service.authenticate(&installed.token)?;
@@ -114,7 +115,7 @@ async fn main() -> anyhow::Result<()> {
             )
             .await?;
     }
-    let engine = Engine::start(service.clone(), EngineConfig::from(&config))?;
+    let engine = Engine::start(service.clone(), EngineConfig::from(&config), None)?;
     // Let the plugin.installed event (no subscriber) drain first.
     tokio::time::sleep(Duration::from_millis(200)).await;
 

@@ -20,17 +20,34 @@ const SCHEDULE_MINS: [i64; 6] = [1, 5, 30, 120, 360, 1440];
 
 static PLUGINS: AtomicUsize = AtomicUsize::new(0);
 
-/// Fires `plugin.installed` in `store` by installing a fresh plugin; returns its installation id.
+/// Fires `customer.created` in `store` (through a fresh plugin allowed to create customers);
+/// returns the customer's id.
 async fn fire(host: &TestHost, store: &str) -> String {
-    let name = format!("ev-{}", PLUGINS.fetch_add(1, Ordering::Relaxed));
-    host.publish(&name, &[]).await;
-    host.install(store, &name).await.0
+    let n = PLUGINS.fetch_add(1, Ordering::Relaxed);
+    let name = format!("ev-{n}");
+    host.publish(&name, &["customers.write"]).await;
+    let (_, token) = host.install(store, &name).await;
+    let customer = host
+        .call(
+            &token,
+            Method::POST,
+            "/v1/customers",
+            Some(json!({"email": format!("c{n}@example.com")})),
+        )
+        .await
+        .expect(201);
+    customer.body["id"]
+        .as_str()
+        .expect("customer id")
+        .to_owned()
 }
 
 /// A store with one plugin (`scopes`) whose rate limit will not get in the way of polling on a
 /// stopped clock; returns (store id, token).
 async fn store_with_plugin(host: &TestHost, domain: &str, scopes: &[&str]) -> (String, String) {
-    let (store, token) = host.store_with_plugin(domain, scopes).await;
+    // Every subscriber here may receive the `customer.created` events that `fire` makes.
+    let scopes: Vec<&str> = scopes.iter().copied().chain(["customers.read"]).collect();
+    let (store, token) = host.store_with_plugin(domain, &scopes).await;
     let limits = json!({"rate_limits": {"requests_per_second": 100000, "burst": 100000, "requests_per_minute": 1000000}});
     host.admin(
         Method::PATCH,
@@ -48,7 +65,7 @@ async fn subscribe(host: &TestHost, token: &str, url: &str) -> String {
             token,
             Method::POST,
             "/v1/webhooks",
-            Some(json!({"url": url, "events": ["plugin.installed"], "secret": SECRET})),
+            Some(json!({"url": url, "events": ["customer.created"], "secret": SECRET})),
         )
         .await
         .expect(201);
@@ -124,7 +141,7 @@ async fn subscriptions_are_created_listed_read_updated_and_deleted() {
             &token,
             Method::POST,
             "/v1/webhooks",
-            Some(json!({"url": receiver.url("/a"), "events": ["order.paid", "plugin.installed"], "secret": SECRET})),
+            Some(json!({"url": receiver.url("/a"), "events": ["order.paid", "customer.created"], "secret": SECRET})),
         )
         .await
         .expect(201);
@@ -134,7 +151,7 @@ async fn subscriptions_are_created_listed_read_updated_and_deleted() {
     assert_eq!(reply.body["source"], "api");
     assert_eq!(
         reply.body["events"],
-        json!(["order.paid", "plugin.installed"])
+        json!(["order.paid", "customer.created"])
     );
     assert_eq!(reply.body["created_at"], "2026-01-05T00:00:00.000Z");
     assert!(
@@ -187,7 +204,9 @@ async fn subscriptions_are_created_listed_read_updated_and_deleted() {
 #[tokio::test]
 async fn invalid_subscriptions_name_the_offending_field() {
     let host = TestHost::start_for_webhooks(|_| {}).await;
-    let (_, token) = store_with_plugin(&host, "acme.example", &["orders.read"]).await;
+    let (_, token) = host
+        .store_with_plugin("acme.example", &["orders.read"])
+        .await;
     let url = "http://127.0.0.1:9/hook";
     let cases = [
         (
@@ -274,7 +293,7 @@ async fn urls_that_resolve_to_internal_addresses_are_refused_when_subscribing() 
                 &token,
                 Method::POST,
                 "/v1/webhooks",
-                Some(json!({"url": url, "events": ["plugin.installed"], "secret": SECRET})),
+                Some(json!({"url": url, "events": ["customer.created"], "secret": SECRET})),
             )
             .await;
         assert_eq!(reply.status, 400, "{url}: {}", reply.body);
@@ -320,16 +339,16 @@ async fn deliveries_are_signed_and_the_sdk_accepts_exactly_the_bytes_sent() {
         Some("application/json")
     );
     let envelope = r.json();
-    assert_eq!(envelope["type"], "plugin.installed");
+    assert_eq!(envelope["type"], "customer.created");
     assert_eq!(envelope["created_at"], "2026-01-05T00:00:00.000Z");
     assert_eq!(envelope["store"]["id"], store.as_str());
     assert_eq!(envelope["store"]["domain"], "acme.example");
-    assert_eq!(envelope["data"]["installation"]["id"], installed.as_str());
+    assert_eq!(envelope["data"]["customer"]["id"], installed.as_str());
     assert!(envelope["id"].as_str().expect("id").starts_with("evt_"));
     assert_eq!(envelope["id"].as_str(), Some(event_id(r).as_str()));
     assert_eq!(
         r.header("x-service-event-type").as_deref(),
-        Some("plugin.installed")
+        Some("customer.created")
     );
 
     let now = epoch().as_second();
@@ -742,8 +761,8 @@ async fn subscriptions_are_private_to_their_installation() {
     let host = TestHost::start_for_webhooks(|_| {}).await;
     let receiver = Receiver::start().await;
     let store = host.create_store("acme.example").await;
-    host.publish("alpha", &[]).await;
-    host.publish("beta", &[]).await;
+    host.publish("alpha", &["customers.read"]).await;
+    host.publish("beta", &["customers.read"]).await;
     let (_, alpha) = host.install(&store, "alpha").await;
     let (_, beta) = host.install(&store, "beta").await;
     let wh = subscribe(&host, &alpha, &receiver.url("/a")).await;
@@ -780,7 +799,7 @@ async fn manifest_webhooks_are_created_at_install_and_removed_at_uninstall() {
     let host = TestHost::start_for_webhooks(|_| {}).await;
     let receiver = Receiver::start().await;
     let manifest = |webhooks: Value| {
-        json!({"manifest": {"name": "hooked", "version": "1.0.0", "scopes": ["orders.read"],
+        json!({"manifest": {"name": "hooked", "version": "1.0.0", "scopes": ["orders.read", "customers.read"],
             "contact_email": "dev@hooked.example", "webhooks": webhooks}})
     };
     for (webhooks, field) in [
@@ -793,7 +812,7 @@ async fn manifest_webhooks_are_created_at_install_and_removed_at_uninstall() {
             "manifest.webhooks[0].events[0]",
         ),
         (
-            json!([{"url": receiver.url("/m"), "events": ["customer.created"], "secret": SECRET}]),
+            json!([{"url": receiver.url("/m"), "events": ["product.created"], "secret": SECRET}]),
             "manifest.webhooks[0].events[0]",
         ),
         (
@@ -810,7 +829,7 @@ async fn manifest_webhooks_are_created_at_install_and_removed_at_uninstall() {
     host.admin(
         Method::POST,
         "/admin/v1/plugins",
-        Some(manifest(json!([{"url": receiver.url("/m"), "events": ["order.paid", "plugin.installed"], "secret": SECRET}]))),
+        Some(manifest(json!([{"url": receiver.url("/m"), "events": ["order.paid", "plugin.installed", "customer.created"], "secret": SECRET}]))),
     )
     .await
     .expect(201);
@@ -819,7 +838,8 @@ async fn manifest_webhooks_are_created_at_install_and_removed_at_uninstall() {
     let list = get(&host, &token, "/v1/webhooks").await;
     assert_eq!(list["data"][0]["source"], "manifest");
     assert_eq!(list["data"][0]["url"], receiver.url("/m"));
-    // It receives its own plugin.installed and later ones.
+    // It receives its own plugin.installed (not other plugins' lifecycle events), and later
+    // store events.
     receiver.wait_for("/m", 1, WAIT).await;
     fire(&host, &store).await;
     receiver.wait_for("/m", 2, WAIT).await;

@@ -82,23 +82,26 @@ async fn a_host_killed_mid_delivery_delivers_every_committed_event_after_restart
         &base,
         "/admin/v1/plugins",
         json!({"manifest": {"name": "listener", "version": "1.0.0", "contact_email": "dev@l.example",
-            "webhooks": [{"url": receiver.url("/k"), "events": ["plugin.installed"], "secret": "0123456789abcdef"}]}}),
+            "scopes": ["customers.read", "customers.write"],
+            "webhooks": [{"url": receiver.url("/k"), "events": ["customer.created"], "secret": "0123456789abcdef"}]}}),
     )
     .await;
-    let mut committed = HashSet::new();
     let listener = admin(&http, &base, &installs, json!({"plugin": "listener"})).await;
-    committed.insert(listener["id"].as_str().expect("id").to_owned());
+    let token = listener["token"].as_str().expect("token").to_owned();
+    // Each acknowledged 201 is a committed customer.created event.
+    let mut committed = HashSet::new();
     for i in 0..30 {
-        let name = format!("other-{i}");
-        admin(
-            &http,
-            &base,
-            "/admin/v1/plugins",
-            json!({"manifest": {"name": name, "version": "1.0.0", "contact_email": "dev@o.example"}}),
-        )
-        .await;
-        let installed = admin(&http, &base, &installs, json!({"plugin": name})).await;
-        committed.insert(installed["id"].as_str().expect("id").to_owned());
+        let customer: Value = http
+            .post(format!("{base}/v1/customers"))
+            .bearer_auth(&token)
+            .json(&json!({"email": format!("c{i}@example.com")}))
+            .send()
+            .await
+            .expect("request")
+            .json()
+            .await
+            .expect("json");
+        committed.insert(customer["id"].as_str().expect("customer id").to_owned());
     }
 
     receiver.wait_for("/k", 4, Duration::from_secs(30)).await;
@@ -117,7 +120,7 @@ async fn a_host_killed_mid_delivery_delivers_every_committed_event_after_restart
             .requests("/k")
             .iter()
             .filter_map(|r| {
-                r.json()["data"]["installation"]["id"]
+                r.json()["data"]["customer"]["id"]
                     .as_str()
                     .map(str::to_owned)
             })

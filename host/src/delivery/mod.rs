@@ -77,15 +77,22 @@ struct InFlight {
 struct Shared {
     service: Service,
     webhooks: WebhookSender,
+    plugins: Option<Arc<crate::plugins::Plugins>>,
     in_flight: Mutex<InFlight>,
     wake: Arc<Notify>,
 }
 
 impl Engine {
-    /// Starts the engine on the current runtime.
-    pub fn start(service: Service, config: EngineConfig) -> Result<Self> {
+    /// Starts the engine on the current runtime. Without `plugins`, deliveries to components
+    /// fail (a host that runs no components).
+    pub fn start(
+        service: Service,
+        config: EngineConfig,
+        plugins: Option<Arc<crate::plugins::Plugins>>,
+    ) -> Result<Self> {
         let shared = Arc::new(Shared {
             webhooks: WebhookSender::new(service.network.clone(), config.webhook_timeout)?,
+            plugins,
             wake: service.db.delivery_signal(),
             service,
             in_flight: Mutex::default(),
@@ -243,17 +250,17 @@ impl Shared {
         if queue::claim(db, due_key, entry)?.is_none() {
             return Ok(());
         }
-        let target = match target::load(db, &entry.store_id, &entry.target)? {
-            TargetState::Active(target) => target,
-            TargetState::Paused => {
-                return queue::fail_unsent(db, due_key, entry, "the subscription was paused");
-            }
-            TargetState::Gone => {
-                return queue::fail_unsent(db, due_key, entry, "the subscription was deleted");
-            }
-        };
         let Some(event) = service.stored_event(&entry.store_id, &entry.event_id)? else {
             return queue::fail_unsent(db, due_key, entry, "the event expired");
+        };
+        let target = match target::load(db, &entry.store_id, &entry.target, &event)? {
+            TargetState::Active(target) => target,
+            TargetState::Paused => {
+                return queue::fail_unsent(db, due_key, entry, "the target was paused");
+            }
+            TargetState::Gone => {
+                return queue::fail_unsent(db, due_key, entry, "the target was removed");
+            }
         };
         let started = service.now();
         let outcome = match &target {
@@ -262,6 +269,7 @@ impl Shared {
                     .send(&sub.url, &sub.secret, &event, started)
                     .await
             }
+            Target::Component(component) => self.run_component(component, &event, started).await,
         };
         let now = service.now();
         let paused =
@@ -272,10 +280,47 @@ impl Shared {
         Ok(())
     }
 
+    /// Runs a component on the event in a fresh instance, on a blocking thread (it may compute
+    /// for up to its wall-clock limit).
+    async fn run_component(
+        &self,
+        component: &target::ComponentTarget,
+        event: &crate::service::events::Event,
+        started: jiff::Timestamp,
+    ) -> webhook::Outcome {
+        let Some(plugins) = self.plugins.clone() else {
+            return webhook::Outcome::unsent(started, "this host runs no components".into());
+        };
+        let service = self.service.clone();
+        let (component, event) = (component.clone(), event.clone());
+        let wall = std::time::Instant::now();
+        let ran = tokio::task::spawn_blocking(move || {
+            let actor = service.component_actor(&component.installation)?;
+            plugins.invoke(&service, actor, &component.plugin.manifest, &event)
+        })
+        .await;
+        let mut outcome = webhook::Outcome::unsent(started, String::new());
+        outcome.duration_ms = u64::try_from(wall.elapsed().as_millis()).unwrap_or(u64::MAX);
+        match ran {
+            Ok(Ok(ran)) => {
+                outcome.succeeded = ran.result.is_ok();
+                outcome.error = ran.result.err().map(|f| f.to_string());
+                outcome.logs = ran.logs;
+            }
+            Ok(Err(e)) => {
+                outcome.error = Some(format!("the host could not run the component: {e}"))
+            }
+            Err(e) => outcome.error = Some(format!("the component's thread failed: {e}")),
+        }
+        outcome
+    }
+
     /// Mails the owner of a target that was just paused.
     async fn notify_paused(&self, target: &Target) -> Result<()> {
-        let Target::Webhook(sub) = target;
-        tracing::warn!(webhook = %sub.id, url = sub.url, "webhook paused");
+        let sub = match target {
+            Target::Webhook(sub) => sub,
+            Target::Component(component) => return self.notify_component_paused(component).await,
+        };
         let service = &self.service;
         let installation: Option<Installation> = service
             .db
@@ -313,6 +358,40 @@ impl Shared {
             ),
         };
         service.mailer.send(mail).await?;
+        Ok(())
+    }
+
+    async fn notify_component_paused(&self, component: &target::ComponentTarget) -> Result<()> {
+        let i = &component.installation;
+        tracing::warn!(installation = %i.id, plugin = i.plugin, "component paused");
+        let domain = self
+            .service
+            .store(&i.store_id)
+            .map(|s| s.domain)
+            .unwrap_or_default();
+        let mail = Mail {
+            to: component.plugin.manifest.contact_email.clone(),
+            subject: format!("[commerce-host] plugin {} paused for {domain}", i.plugin),
+            body: format!(
+                "Your plugin `{plugin}` (installation {id}) in store {domain} ({store}) failed every \
+                 retry of a delivery and was paused at {at}.\n\nWhy: {reason}\n\nWhile it is paused it \
+                 receives nothing; its events are recorded as failed deliveries and kept for 30 days.\n\
+                 Once fixed, the operator resumes it (POST /admin/v1/stores/{store}/installations/{id}/resume) \
+                 and re-sends what it missed (POST /admin/v1/stores/{store}/installations/{id}/replay).\n",
+                plugin = i.plugin,
+                id = i.id,
+                store = i.store_id,
+                at = i
+                    .component_paused_at
+                    .map(crate::clock::format_ts)
+                    .unwrap_or_default(),
+                reason = i
+                    .component_pause_reason
+                    .as_deref()
+                    .unwrap_or("retries ran out"),
+            ),
+        };
+        self.service.mailer.send(mail).await?;
         Ok(())
     }
 }

@@ -46,7 +46,7 @@ pub fn fan_out(db: &Db, now: Timestamp, limit: usize) -> Result<usize> {
     for (key, entry) in &batch {
         let event: Option<Event> = db.read(&event_key(&entry.store_id, &entry.event_id))?;
         let candidates = match &event {
-            Some(event) => target::candidates(db, &entry.store_id, event.kind)?,
+            Some(event) => target::candidates(db, &entry.store_id, event)?,
             None => Vec::new(),
         };
         db.tx_relaxed(|tx| {
@@ -59,8 +59,7 @@ pub fn fan_out(db: &Db, now: Timestamp, limit: usize) -> Result<usize> {
             };
             let mut targets = Vec::new();
             for target in &candidates {
-                let Some(active) = target::wants_in_tx(tx, &event.store.id, target, event.kind)?
-                else {
+                let Some(active) = target::wants_in_tx(tx, &event.store.id, target, event)? else {
                     continue;
                 };
                 let mut delivery = Delivery {
@@ -165,6 +164,7 @@ pub fn record_attempt(
         error: outcome.error.clone(),
         duration_ms: outcome.duration_ms,
         response_body: outcome.response_body.clone(),
+        logs: outcome.logs.clone(),
     };
     tx.write(&attempt_key(&d.store_id, &d.target, &attempt.id), &attempt)?;
     d.attempt_ids.push(attempt.id);

@@ -11,7 +11,7 @@ use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::ids::{AttemptId, DeliveryId, EventId, StoreId, WebhookId};
+use crate::ids::{AttemptId, DeliveryId, EventId, InstallationId, StoreId, WebhookId};
 use crate::service::scopes::EventType;
 
 /// The retries after a failed attempt, each counted from the failure before it.
@@ -31,13 +31,15 @@ pub const RESPONSE_EXCERPT_BYTES: usize = 1024;
 pub const RETENTION: SignedDuration =
     SignedDuration::from_hours(24 * crate::service::events::EVENT_RETENTION_DAYS);
 
-/// Where a delivery goes. Webhook URLs today; the component runtime adds installed components
-/// as a second variant, and the queue, retries, pausing and replay apply to it unchanged.
+/// Where a delivery goes: a webhook URL, or an installed component. The queue, retries,
+/// pausing and replay are the same for both.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TargetRef {
     /// A webhook subscription.
     Webhook(WebhookId),
+    /// The component of an installation.
+    Component(InstallationId),
 }
 
 impl TargetRef {
@@ -45,6 +47,7 @@ impl TargetRef {
     pub fn key(&self) -> String {
         match self {
             TargetRef::Webhook(id) => id.to_string(),
+            TargetRef::Component(id) => id.to_string(),
         }
     }
 }
@@ -149,6 +152,9 @@ pub struct Attempt {
     pub duration_ms: u64,
     /// The start of the response body (at most 1 KiB, invalid UTF-8 replaced).
     pub response_body: Option<String>,
+    /// For a component: the lines it logged during the attempt.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub logs: Vec<crate::plugins::state::LogLine>,
 }
 
 /// What is purged when an event expires.

@@ -48,6 +48,8 @@ pub struct Outcome {
     pub duration_ms: u64,
     /// The start of the response body.
     pub response_body: Option<String>,
+    /// For a component: the lines it logged.
+    pub logs: Vec<crate::plugins::state::LogLine>,
 }
 
 impl Outcome {
@@ -60,6 +62,7 @@ impl Outcome {
             error: Some(error),
             duration_ms: 0,
             response_body: None,
+            logs: Vec::new(),
         }
     }
 

@@ -51,6 +51,18 @@ pub fn router() -> Router<AppState> {
         )
         .route("/stores/{store_id}/events", get(list_events))
         .route("/mail", get(list_mail))
+        .route(
+            "/stores/{store_id}/installations/{id}/resume",
+            post(resume_component),
+        )
+        .route(
+            "/stores/{store_id}/installations/{id}/replay",
+            post(replay_component),
+        )
+        .route(
+            "/stores/{store_id}/installations/{id}/attempts",
+            get(component_attempts),
+        )
 }
 
 /// Body of `POST /admin/v1/stores`.
@@ -81,6 +93,10 @@ pub struct PublishPlugin {
     /// The version's message templates by key (the files of the package's `templates/`).
     #[serde(default)]
     pub templates: BTreeMap<String, TemplateSource>,
+    /// The plugin's WebAssembly component (a `wasm32-wasip2` build targeting
+    /// `commerce:plugin/plugin@0.1.0`), base64; absent for an external HTTP plugin.
+    #[serde(default)]
+    pub component: Option<String>,
 }
 
 /// Body of `POST /admin/v1/stores/{store_id}/installations`.
@@ -148,9 +164,10 @@ pub async fn update_store(
     Ok(axum::Json(app.service.store(&id)?))
 }
 
-/// Publish a plugin (or a new version of one) from its manifest and message templates. A
-/// template whose wording does not compile, or uses a variable it does not declare, is 400 on
-/// `templates.<key>.<channel>.<part>`.
+/// Publish a plugin (or a new version of one): its manifest, its message templates and, for a
+/// plugin that runs in the host, its component, validated and compiled once. A component that is
+/// not a `commerce:plugin` component is 400 on `component`; a template whose wording does not
+/// compile, or uses a variable it does not declare, is 400 on `templates.<key>.<channel>.<part>`.
 #[utoipa::path(post, path = "/admin/v1/plugins", tag = "operator", request_body = PublishPlugin,
     security(("admin_token" = [])),
     responses((status = 201, body = Plugin), (status = 400, body = ErrorResponse),
@@ -159,7 +176,26 @@ pub async fn publish_plugin(
     State(app): State<AppState>,
     Json(body): Json<PublishPlugin>,
 ) -> Result<(StatusCode, axum::Json<Plugin>)> {
-    let plugin = app.service.publish_plugin(body.manifest, &body.templates)?;
+    use base64::Engine as _;
+    let component = body
+        .component
+        .map(|b64| {
+            base64::engine::general_purpose::STANDARD
+                .decode(b64.trim())
+                .map_err(|e| crate::Error::invalid("component", format!("not base64: {e}")))
+        })
+        .transpose()?;
+    let (service, plugins) = (app.service.clone(), app.plugins.clone());
+    let plugin = tokio::task::spawn_blocking(move || {
+        plugins.publish(
+            &service,
+            body.manifest,
+            &body.templates,
+            component.as_deref(),
+        )
+    })
+    .await
+    .map_err(|e| crate::Error::Internal(anyhow::anyhow!("publishing: {e}")))??;
     Ok((StatusCode::CREATED, axum::Json(plugin)))
 }
 
@@ -349,5 +385,66 @@ pub async fn list_mail(
     let page = PageRequest::parse(&params)?;
     Ok(axum::Json(
         app.service.mailer.list(&app.service.cursors, &page)?,
+    ))
+}
+
+/// Resume deliveries to an installation's component after its retries ran out and it was
+/// paused; a no-op when active. Missed events are re-sent with a replay.
+#[utoipa::path(post, path = "/admin/v1/stores/{store_id}/installations/{id}/resume", tag = "operator",
+    params(("store_id" = String, Path, description = "Store id"), ("id" = String, Path, description = "Installation id")),
+    security(("admin_token" = [])),
+    responses((status = 200, body = Installation), (status = 401, body = ErrorResponse), (status = 404, body = ErrorResponse),
+        (status = 409, description = "the plugin has no component", body = ErrorResponse)))]
+pub async fn resume_component(
+    State(app): State<AppState>,
+    Path((store_id, id)): Path<(String, String)>,
+) -> Result<axum::Json<Installation>> {
+    let store: StoreId = path_id("store", &store_id)?;
+    let id: InstallationId = path_id("installation", &id)?;
+    Ok(axum::Json(app.service.resume_component(&store, &id)?))
+}
+
+/// Re-send failed events to an installation's component: one (`event_id`) or every failed one
+/// since a time (`since`); 202 with how many were queued again.
+#[utoipa::path(post, path = "/admin/v1/stores/{store_id}/installations/{id}/replay", tag = "operator",
+    request_body = crate::service::webhooks::ReplayRequest,
+    params(("store_id" = String, Path, description = "Store id"), ("id" = String, Path, description = "Installation id")),
+    security(("admin_token" = [])),
+    responses((status = 202, body = crate::service::webhooks::ReplayResult), (status = 400, body = ErrorResponse),
+        (status = 401, body = ErrorResponse), (status = 404, body = ErrorResponse),
+        (status = 409, description = "paused, no component, or the delivery has not failed", body = ErrorResponse)))]
+pub async fn replay_component(
+    State(app): State<AppState>,
+    Path((store_id, id)): Path<(String, String)>,
+    Json(body): Json<crate::service::webhooks::ReplayRequest>,
+) -> Result<(
+    StatusCode,
+    axum::Json<crate::service::webhooks::ReplayResult>,
+)> {
+    let store: StoreId = path_id("store", &store_id)?;
+    let id: InstallationId = path_id("installation", &id)?;
+    Ok((
+        StatusCode::ACCEPTED,
+        axum::Json(app.service.replay_component(&store, &id, &body)?),
+    ))
+}
+
+/// The attempts of deliveries to an installation's component, newest first, each with the lines
+/// the plugin logged and why it failed (handler error, or the limit that stopped it).
+#[utoipa::path(get, path = "/admin/v1/stores/{store_id}/installations/{id}/attempts", tag = "operator",
+    params(("store_id" = String, Path, description = "Store id"), ("id" = String, Path, description = "Installation id"), PageParams),
+    security(("admin_token" = [])),
+    responses((status = 200, body = Page<crate::delivery::records::Attempt>), (status = 400, body = ErrorResponse),
+        (status = 401, body = ErrorResponse), (status = 404, body = ErrorResponse)))]
+pub async fn component_attempts(
+    State(app): State<AppState>,
+    Path((store_id, id)): Path<(String, String)>,
+    Query(params): Query<PageParams>,
+) -> Result<axum::Json<Page<crate::delivery::records::Attempt>>> {
+    let store: StoreId = path_id("store", &store_id)?;
+    let id: InstallationId = path_id("installation", &id)?;
+    let page = PageRequest::parse(&params)?;
+    Ok(axum::Json(
+        app.service.list_component_attempts(&store, &id, &page)?,
     ))
 }

@@ -220,7 +220,16 @@ mod tests {
         let db = Db::open_sled(dir.path(), false).expect("db");
         let service =
             Service::new(db, Arc::new(SystemClock), "admin-token-for-tests").expect("service");
-        let state = AppState { service };
+        let plugins = crate::plugins::Plugins::new(
+            &dir.path().join("components"),
+            crate::plugins::RuntimeConfig::default(),
+            crate::plugins::LimitPolicy::default(),
+        )
+        .expect("plugins");
+        let state = AppState {
+            service,
+            plugins: Arc::new(plugins),
+        };
         let app = Router::new()
             .route(
                 "/boom",

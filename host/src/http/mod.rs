@@ -28,6 +28,8 @@ pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
 pub struct AppState {
     /// The service layer.
     pub service: Service,
+    /// The component runtime (publishing compiles components).
+    pub plugins: crate::plugins::SharedPlugins,
 }
 
 /// The whole route table.

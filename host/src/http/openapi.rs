@@ -33,6 +33,7 @@ kept 30 days from the event, then purged."
         customers::list_customers, customers::get_customer, customers::create_customer,
         customers::update_customer, customers::delete_customer,
         admin::confirm_payment, admin::list_events, admin::configure,
+        admin::resume_component, admin::replay_component, admin::component_attempts,
         webhooks::create_webhook, webhooks::list_webhooks, webhooks::get_webhook,
         webhooks::update_webhook, webhooks::delete_webhook, webhooks::resume_webhook,
         webhooks::replay_webhook, webhooks::list_attempts, webhooks::list_deliveries,

@@ -113,6 +113,28 @@ impl Service {
         })
     }
 
+    /// The actor of an installation's component: its store, identity and scopes. An uninstalled
+    /// installation (receiving its `plugin.uninstalled`) keeps its identity but has no scopes:
+    /// its token is revoked, and so is its access.
+    pub fn component_actor(&self, installation: &Installation) -> Result<Actor> {
+        let store: Store = self
+            .db
+            .read(&Store::key(&installation.store_id))?
+            .ok_or_else(|| Error::not_found("store", &installation.store_id))?;
+        let active = installation.status == InstallationStatus::Active;
+        Ok(Actor {
+            store: store.reference(),
+            installation: installation.id.clone(),
+            plugin: installation.plugin.clone(),
+            scopes: if active {
+                installation.scopes.iter().copied().collect()
+            } else {
+                BTreeSet::new()
+            },
+            limits: store.rate_limits,
+        })
+    }
+
     /// Counts one inbound call of `actor` against its store's rate limits.
     pub fn admit(&self, actor: &Actor) -> Result<RateStatus, (Error, RateStatus)> {
         self.limiter

@@ -5,6 +5,7 @@
 //! validation and state rules before it has any effect.
 
 pub mod auth;
+pub mod components;
 pub mod customers;
 pub mod events;
 pub mod idempotency;

@@ -93,6 +93,10 @@ pub struct Plugin {
     /// The keys of the current version's message templates.
     #[serde(default)]
     pub templates: Vec<String>,
+    /// The WebAssembly component of this version, when the plugin runs inside the host; none for
+    /// an external (HTTP-only) plugin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub component: Option<crate::plugins::ComponentInfo>,
 }
 
 impl Plugin {
@@ -200,7 +204,19 @@ impl Manifest {
         validate_email(&field("contact_email"), &self.contact_email)?;
         super::webhooks::validate_manifest_webhooks(at, self)?;
         if !self.events.is_empty() {
-            parse_events(&field("events"), &self.events)?;
+            let events = parse_events(&field("events"), &self.events)?;
+            for (i, event) in events.iter().enumerate() {
+                if let Some(scope) = event.required_scope()
+                    && !self.scopes.iter().any(|s| s == scope.as_str())
+                {
+                    return Err(Error::invalid(
+                        format!("{at}.events[{i}]"),
+                        format!(
+                            "receiving `{event}` needs the `{scope}` scope; add it to `scopes`"
+                        ),
+                    ));
+                }
+            }
         }
         if let Some(description) = &self.description
             && description.chars().count() > 1000
@@ -214,30 +230,34 @@ impl Manifest {
     }
 }
 
+fn version_is_newer(manifest: &Manifest, current: &Plugin) -> Result<()> {
+    if parse_version(&manifest.version) > parse_version(&current.version) {
+        return Ok(());
+    }
+    Err(Error::Conflict {
+        code: "version_not_newer",
+        message: format!(
+            "plugin `{}` is already published at version {}; publish a higher version",
+            manifest.name, current.version
+        ),
+        field: Some("manifest.version".into()),
+    })
+}
+
 impl Service {
-    /// Publishes a new plugin, or a new version of one, with the version's message templates
-    /// (checked here: a bad template refuses the publish). Versions only go up.
+    /// Publishes a new plugin, or a new version of one, with the version's message templates and
+    /// its component (compiled by the caller). Versions only go up.
     pub fn publish_plugin(
         &self,
         manifest: Manifest,
         templates: &BTreeMap<String, TemplateSource>,
+        component: Option<crate::plugins::ComponentInfo>,
     ) -> Result<Plugin> {
-        manifest.validate("manifest")?;
-        validate_templates(templates)?;
+        self.check_publishable(&manifest, templates, component.is_some())?;
         let now = self.now();
         self.db.tx(|tx| {
             if let Some(current) = tx.read::<Plugin>(&Plugin::key(&manifest.name))? {
-                let newer = parse_version(&manifest.version) > parse_version(&current.version);
-                if !newer {
-                    return Err(Error::Conflict {
-                        code: "version_not_newer",
-                        message: format!(
-                            "plugin `{}` is already published at version {}; publish a higher version",
-                            manifest.name, current.version
-                        ),
-                        field: Some("manifest.version".into()),
-                    });
-                }
+                version_is_newer(&manifest, &current)?;
             }
             let plugin = Plugin {
                 name: manifest.name.clone(),
@@ -245,12 +265,54 @@ impl Service {
                 manifest: manifest.clone(),
                 published_at: now,
                 templates: templates.keys().cloned().collect(),
+                component: component.clone(),
             };
             tx.write_templates(&plugin.name, &plugin.version, templates)?;
             tx.write(&Plugin::key(&plugin.name), &plugin)?;
-            tx.write(&format!("plugin-version/{}/{}", plugin.name, plugin.version), &plugin)?;
+            tx.write(
+                &format!("plugin-version/{}/{}", plugin.name, plugin.version),
+                &plugin,
+            )?;
             Ok(plugin)
         })
+    }
+
+    /// Checks a manifest before anything is stored: its fields, that a component and its
+    /// `events` come together, and that the version is higher than the published one.
+    pub fn check_publishable(
+        &self,
+        manifest: &Manifest,
+        templates: &BTreeMap<String, TemplateSource>,
+        has_component: bool,
+    ) -> Result<()> {
+        manifest.validate("manifest")?;
+        validate_templates(templates)?;
+        match (has_component, manifest.events.is_empty()) {
+            (false, false) => {
+                return Err(Error::invalid(
+                    "manifest.events",
+                    "only a component receives events this way; publish a component, or subscribe with `webhooks`",
+                ));
+            }
+            (true, true) => {
+                return Err(Error::invalid(
+                    "manifest.events",
+                    "a component must name the events it receives",
+                ));
+            }
+            _ => {}
+        }
+        if let Some(current) = self.db.read::<Plugin>(&Plugin::key(&manifest.name))? {
+            version_is_newer(manifest, &current)?;
+        }
+        Ok(())
+    }
+
+    /// A published version of a plugin.
+    pub fn plugin_version(&self, name: &str, version: &str) -> Result<Plugin> {
+        self.db
+            .read(&format!("plugin-version/{name}/{version}"))?
+            .ok_or_else(|| Error::not_found("plugin", format!("{name}@{version}")))
     }
 
     /// The current version of a plugin.

@@ -85,6 +85,20 @@ pub struct Installation {
     )]
     #[schema(value_type = Option<String>)]
     pub uninstalled_at: Option<Timestamp>,
+    /// For a plugin with a component: the events its component receives.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub component_events: Vec<EventType>,
+    /// When deliveries to the component were paused (its retries ran out); none while active.
+    #[serde(
+        default,
+        with = "crate::clock::api_ts::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<String>)]
+    pub component_paused_at: Option<Timestamp>,
+    /// Why deliveries to the component were paused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub component_pause_reason: Option<String>,
     /// The merchant's settings for this plugin (a JSON object; `{}` until configured).
     #[serde(default = "empty_settings")]
     #[schema(value_type = Object)]
@@ -233,6 +247,15 @@ impl Service {
             status: InstallationStatus::Active,
             created_at: now,
             uninstalled_at: None,
+            component_events: match &plugin.component {
+                Some(_) => crate::service::plugins::parse_events(
+                    "manifest.events",
+                    &plugin.manifest.events,
+                )?,
+                None => Vec::new(),
+            },
+            component_paused_at: None,
+            component_pause_reason: None,
             settings: empty_settings(),
         };
         self.db.tx(|tx| {

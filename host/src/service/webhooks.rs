@@ -549,13 +549,23 @@ impl Service {
                 "the webhook is paused; resume it before replaying",
             ));
         }
-        let target = sub.target();
+        self.replay_target(&sub.store_id, &sub.target(), request)
+    }
+
+    /// Queues failed deliveries to `target` again (webhook or component), with a fresh retry
+    /// schedule. The caller has checked ownership and that the target is active.
+    pub fn replay_target(
+        &self,
+        store: &StoreId,
+        target: &TargetRef,
+        request: &ReplayRequest,
+    ) -> Result<ReplayResult> {
         let keys: Vec<String> = match (&request.event_id, &request.since) {
             (Some(event), None) => {
                 let event = event
                     .parse()
                     .map_err(|_| Error::invalid("event_id", "must be an event id (`evt_…`)"))?;
-                let key = delivery_key(&sub.store_id, &target, &event);
+                let key = delivery_key(store, target, &event);
                 let delivery = self
                     .db
                     .read::<Delivery>(&key)?
@@ -563,9 +573,7 @@ impl Service {
                 if delivery.status != DeliveryStatus::Failed {
                     return Err(Error::Conflict {
                         code: "delivery_not_failed",
-                        message: format!(
-                            "the delivery of `{event}` to this webhook has not failed"
-                        ),
+                        message: format!("the delivery of `{event}` to this target has not failed"),
                         field: Some("event_id".into()),
                     });
                 }
@@ -578,7 +586,7 @@ impl Service {
                         "must be an RFC 3339 time such as 2026-01-05T00:00:00Z",
                     )
                 })?;
-                let prefix = deliveries_prefix(&sub.store_id, &target);
+                let prefix = deliveries_prefix(store, target);
                 let mut keys = Vec::new();
                 let mut after: Option<String> = None;
                 loop {
@@ -628,7 +636,17 @@ impl Service {
         page: &PageRequest,
     ) -> Result<Page<Attempt>> {
         let sub = self.own_subscription(actor, id)?;
-        let prefix = attempts_prefix(&sub.store_id, &sub.target());
+        self.list_target_attempts(&sub.store_id, &sub.target(), page)
+    }
+
+    /// A target's attempt log (webhook or component), newest first.
+    pub fn list_target_attempts(
+        &self,
+        store: &StoreId,
+        target: &TargetRef,
+        page: &PageRequest,
+    ) -> Result<Page<Attempt>> {
+        let prefix = attempts_prefix(store, target);
         Listing {
             prefix: &prefix,
             list_id: &prefix,

@@ -1,0 +1,84 @@
+//! Misbehaves on every event, the way its settings say (`{"mode": "…"}`), so the tests can show
+//! that each limit stops it while the host and other plugins carry on:
+//! `loop` (CPU), `alloc` (memory), `stack` (recursion), `log` (log flood), `calls` (host-call
+//! flood), `forbidden` (a write outside its scopes), `peek` (reads the order `order`, which may
+//! belong to another store), `fail` (returns an error), anything else (behaves).
+
+use commerce_guest_sdk::{Error, Event, Plugin, Result, commerce_plugin, customers, log, orders, settings};
+
+#[derive(Default)]
+struct Hostile;
+
+#[derive(serde::Deserialize, Default)]
+struct Settings {
+    #[serde(default)]
+    mode: String,
+    #[serde(default)]
+    order: String,
+}
+
+#[inline(never)]
+fn recurse(n: u64) -> u64 {
+    if n == u64::MAX {
+        return 0;
+    }
+    recurse(std::hint::black_box(n + 1)).wrapping_mul(n | 1).rotate_left(3) ^ n
+}
+
+impl Plugin for Hostile {
+    fn on_event(&self, event: &Event) -> Result<()> {
+        let Settings { mode, order } = settings()?;
+        match mode.as_str() {
+            "loop" => {
+                let mut x: u64 = 0;
+                loop {
+                    x = std::hint::black_box(x.wrapping_add(1));
+                }
+            }
+            "alloc" => {
+                let mut keep: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    keep.push(std::hint::black_box(vec![1u8; 1 << 20]));
+                }
+            }
+            "stack" => {
+                std::hint::black_box(recurse(std::hint::black_box(0)));
+                Ok(())
+            }
+            "log" => {
+                let line = "x".repeat(4096);
+                loop {
+                    log::info(&line);
+                }
+            }
+            "calls" => loop {
+                let _ = std::hint::black_box(settings::<Settings>());
+            },
+            "forbidden" => {
+                // The plugin has no `customers.write`: the host refuses, and nothing is created.
+                let customer = customers::NewCustomer {
+                    email: Some("intruder@example.com".to_owned()),
+                    phone: None,
+                    first_name: None,
+                    last_name: None,
+                    accepts_marketing: false,
+                    tags: Vec::new(),
+                    note: None,
+                    addresses: Vec::new(),
+                };
+                customers::create(&customer).map(drop)
+            }
+            "peek" => {
+                // Reads an order by id: another store's order is not found.
+                orders::get(&order).map(drop)
+            }
+            "fail" => Err(Error::new(format!("failing {} on purpose", event.id))),
+            _ => {
+                log::info(&format!("handled {} ({})", event.id, event.type_));
+                Ok(())
+            }
+        }
+    }
+}
+
+commerce_plugin!(Hostile);

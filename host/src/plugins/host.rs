@@ -1,0 +1,434 @@
+//! The WIT host functions: thin adapters that charge the invocation's meter, count the call
+//! against the store's rate limit, then call the same service functions as the REST API with the
+//! installation as actor. Outer `wasmtime::Result` = trap (a broken limit); inner `Result` = typed
+//! error for the plugin.
+
+use wasmtime::component::{HasData, Linker};
+
+use super::bindings::commerce::plugin::{
+    customers, inventory, log, notifications, orders, products, settings, types,
+};
+use super::convert as c;
+use super::state::{Invocation, LogLine, LogSink, StoreCalls};
+use crate::error::Error;
+use crate::http::extract::path_id;
+use crate::outbound::records::{CardKind, Channel, Cta, Link, Tone};
+use crate::outbound::request::{BannerInput, FeedCardInput, NotificationRequest};
+use crate::service::customers::CustomerFilter;
+use crate::service::orders::{CancelOrder, OrderFilter};
+use crate::service::pagination::PageRequest;
+use crate::service::products::{AdjustInventory, ProductFilter};
+
+type HostError = types::HostError;
+type Call<T> = wasmtime::Result<Result<T, HostError>>;
+
+impl StoreCalls<'_> {
+    /// Every store capability goes through here: the host-call budget (a trap when spent), the
+    /// store's rate limit (shared with its HTTP calls), then the service call.
+    fn call<T>(&mut self, f: impl FnOnce(&StoreCalls<'_>) -> Result<T, Error>) -> Call<T> {
+        self.meter.charge_call()?;
+        if let Err((e, _)) = self.service.admit(self.actor) {
+            return Ok(Err(c::host_error(e)));
+        }
+        Ok(f(self).map_err(c::host_error))
+    }
+}
+
+fn page(p: &types::PageRequest) -> Result<PageRequest, Error> {
+    PageRequest::parse(&c::page_params(p))
+}
+
+impl types::Host for StoreCalls<'_> {}
+
+impl orders::Host for StoreCalls<'_> {
+    fn list(
+        &mut self,
+        filter: orders::OrderFilter,
+        p: types::PageRequest,
+    ) -> Call<orders::OrderPage> {
+        self.call(|s| {
+            let filter = OrderFilter {
+                status: filter.status.map(c::order_status_in),
+                financial_status: filter.financial_status.map(c::financial_status_in),
+                fulfillment_status: filter.fulfillment_status.map(c::fulfillment_status_in),
+                customer_id: filter
+                    .customer_id
+                    .map(|id| path_id("customer", &id))
+                    .transpose()?,
+                created_at_min: filter.created_at_min,
+                created_at_max: filter.created_at_max,
+                limit: None,
+                cursor: None,
+            };
+            let got = s.service.list_orders(s.actor, &filter, &page(&p)?)?;
+            Ok(orders::OrderPage {
+                data: got.data.into_iter().map(c::order).collect(),
+                page: c::page_info(got.page),
+            })
+        })
+    }
+
+    fn get(&mut self, id: String) -> Call<types::Order> {
+        self.call(|s| Ok(c::order(s.service.order(s.actor, &path_id("order", &id)?)?)))
+    }
+
+    fn create(&mut self, order: orders::NewOrder) -> Call<types::Order> {
+        self.call(|s| {
+            Ok(c::order(
+                s.service.create_order(s.actor, c::new_order(order)?)?,
+            ))
+        })
+    }
+
+    fn update(&mut self, id: String, patch: orders::OrderPatch) -> Call<types::Order> {
+        self.call(|s| {
+            Ok(c::order(s.service.update_order(
+                s.actor,
+                &path_id("order", &id)?,
+                c::order_patch(patch),
+            )?))
+        })
+    }
+
+    fn fulfill(&mut self, id: String, f: orders::NewFulfillment) -> Call<types::Order> {
+        self.call(|s| {
+            let (order, _) = s.service.fulfill_order(
+                s.actor,
+                &path_id("order", &id)?,
+                c::new_fulfillment(f)?,
+            )?;
+            Ok(c::order(order))
+        })
+    }
+
+    fn refund(&mut self, id: String, r: orders::NewRefund) -> Call<types::Order> {
+        self.call(|s| {
+            let (order, _) =
+                s.service
+                    .refund_order(s.actor, &path_id("order", &id)?, c::new_refund(r)?)?;
+            Ok(c::order(order))
+        })
+    }
+
+    fn complete(&mut self, id: String) -> Call<types::Order> {
+        self.call(|s| {
+            Ok(c::order(
+                s.service.complete_order(s.actor, &path_id("order", &id)?)?,
+            ))
+        })
+    }
+
+    fn cancel(&mut self, id: String, reason: Option<String>) -> Call<types::Order> {
+        self.call(|s| {
+            Ok(c::order(s.service.cancel_order(
+                s.actor,
+                &path_id("order", &id)?,
+                CancelOrder { reason },
+            )?))
+        })
+    }
+}
+
+impl products::Host for StoreCalls<'_> {
+    fn list(
+        &mut self,
+        status: Option<types::ProductStatus>,
+        p: types::PageRequest,
+    ) -> Call<products::ProductPage> {
+        self.call(|s| {
+            let filter = ProductFilter {
+                status: status.map(c::product_status_in),
+                limit: None,
+                cursor: None,
+            };
+            let got = s.service.list_products(s.actor, &filter, &page(&p)?)?;
+            Ok(products::ProductPage {
+                data: got.data.into_iter().map(c::product).collect(),
+                page: c::page_info(got.page),
+            })
+        })
+    }
+
+    fn get(&mut self, id: String) -> Call<types::Product> {
+        self.call(|s| {
+            Ok(c::product(
+                s.service.product(s.actor, &path_id("product", &id)?)?,
+            ))
+        })
+    }
+
+    fn create(&mut self, product: products::NewProduct) -> Call<types::Product> {
+        self.call(|s| {
+            Ok(c::product(
+                s.service.create_product(s.actor, c::new_product(product))?,
+            ))
+        })
+    }
+
+    fn update(&mut self, id: String, patch: products::ProductPatch) -> Call<types::Product> {
+        self.call(|s| {
+            Ok(c::product(s.service.update_product(
+                s.actor,
+                &path_id("product", &id)?,
+                c::product_patch(patch)?,
+            )?))
+        })
+    }
+
+    fn add_variant(&mut self, id: String, v: products::NewVariant) -> Call<types::Product> {
+        self.call(|s| {
+            Ok(c::product(s.service.add_variant(
+                s.actor,
+                &path_id("product", &id)?,
+                c::new_variant(v),
+            )?))
+        })
+    }
+}
+
+impl inventory::Host for StoreCalls<'_> {
+    fn adjust(
+        &mut self,
+        variant_id: String,
+        change: inventory::Change,
+        reason: Option<String>,
+    ) -> Call<inventory::Level> {
+        self.call(|s| {
+            let (delta, set) = match change {
+                inventory::Change::Delta(d) => (Some(d), None),
+                inventory::Change::Set(v) => (None, Some(v)),
+            };
+            let input = AdjustInventory {
+                variant_id: path_id("variant", &variant_id)?,
+                delta,
+                set,
+                reason,
+            };
+            Ok(c::level(s.service.adjust_inventory(s.actor, input)?))
+        })
+    }
+}
+
+impl customers::Host for StoreCalls<'_> {
+    fn list(
+        &mut self,
+        email: Option<String>,
+        p: types::PageRequest,
+    ) -> Call<customers::CustomerPage> {
+        self.call(|s| {
+            let filter = CustomerFilter {
+                email,
+                limit: None,
+                cursor: None,
+            };
+            let got = s.service.list_customers(s.actor, &filter, &page(&p)?)?;
+            Ok(customers::CustomerPage {
+                data: got.data.into_iter().map(c::customer).collect(),
+                page: c::page_info(got.page),
+            })
+        })
+    }
+
+    fn get(&mut self, id: String) -> Call<types::Customer> {
+        self.call(|s| {
+            Ok(c::customer(
+                s.service.customer(s.actor, &path_id("customer", &id)?)?,
+            ))
+        })
+    }
+
+    fn create(&mut self, customer: customers::NewCustomer) -> Call<types::Customer> {
+        self.call(|s| {
+            Ok(c::customer(
+                s.service
+                    .create_customer(s.actor, c::new_customer(customer))?,
+            ))
+        })
+    }
+
+    fn update(&mut self, id: String, patch: customers::CustomerPatch) -> Call<types::Customer> {
+        self.call(|s| {
+            Ok(c::customer(s.service.update_customer(
+                s.actor,
+                &path_id("customer", &id)?,
+                c::customer_patch(patch),
+            )?))
+        })
+    }
+
+    fn delete(&mut self, id: String) -> Call<()> {
+        self.call(|s| {
+            s.service
+                .delete_customer(s.actor, &path_id("customer", &id)?)
+        })
+    }
+}
+
+/// A message, banner or card for the same service function as `POST /v1/notifications`, so every
+/// rule (templates, quotas, the feed's one card a day) is the one HTTP plugins meet.
+fn send(s: &StoreCalls<'_>, request: NotificationRequest) -> Result<notifications::Receipt, Error> {
+    let accepted = s.service.send_notification(s.actor, request)?;
+    let status = serde_json::to_value(accepted.notification.status)?;
+    Ok(notifications::Receipt {
+        id: accepted.notification.id.to_string(),
+        status: status.as_str().unwrap_or_default().to_owned(),
+    })
+}
+
+fn empty_request(channel: Channel) -> NotificationRequest {
+    NotificationRequest {
+        channel: Some(channel),
+        to: None,
+        template: None,
+        data: None,
+        banner: None,
+        card: None,
+    }
+}
+
+impl notifications::Host for StoreCalls<'_> {
+    fn send(&mut self, message: notifications::Message) -> Call<notifications::Receipt> {
+        self.call(|s| {
+            let data =
+                serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&message.data)
+                    .map_err(|e| Error::invalid("data", format!("must be a JSON object: {e}")))?;
+            let channel = match message.channel {
+                notifications::Channel::Email => Channel::Email,
+                notifications::Channel::Sms => Channel::Sms,
+                notifications::Channel::Whatsapp => Channel::Whatsapp,
+                notifications::Channel::Push => Channel::Push,
+            };
+            send(
+                s,
+                NotificationRequest {
+                    to: Some(message.to),
+                    template: Some(message.template),
+                    data: Some(data),
+                    ..empty_request(channel)
+                },
+            )
+        })
+    }
+
+    fn show_banner(&mut self, banner: notifications::Banner) -> Call<notifications::Receipt> {
+        self.call(|s| {
+            let tone = match banner.tone {
+                notifications::Tone::Info => Tone::Info,
+                notifications::Tone::Warn => Tone::Warn,
+                notifications::Tone::Success => Tone::Success,
+            };
+            let ctas = banner
+                .ctas
+                .into_iter()
+                .map(|cta| match cta.action {
+                    notifications::CtaAction::Href(href) => Cta {
+                        label: cta.label,
+                        href: Some(href),
+                        dismiss: None,
+                    },
+                    notifications::CtaAction::Dismiss => Cta {
+                        label: cta.label,
+                        href: None,
+                        dismiss: Some(true),
+                    },
+                })
+                .collect();
+            let banner = BannerInput {
+                tone,
+                title: banner.title,
+                body: banner.body,
+                ctas,
+                ttl_hours: Some(banner.ttl_hours),
+            };
+            send(
+                s,
+                NotificationRequest {
+                    banner: Some(banner),
+                    ..empty_request(Channel::Banner)
+                },
+            )
+        })
+    }
+
+    fn post_feed_card(&mut self, card: notifications::FeedCard) -> Call<notifications::Receipt> {
+        self.call(|s| {
+            let kind = match card.kind.as_str() {
+                "suggestion" => CardKind::Suggestion,
+                other => {
+                    return Err(Error::invalid(
+                        "card.kind",
+                        format!("`{other}` is not a card kind; use `suggestion`"),
+                    ));
+                }
+            };
+            let card = FeedCardInput {
+                kind,
+                title: card.title,
+                body: card.body,
+                primary: Link {
+                    label: card.primary.label,
+                    href: card.primary.href,
+                },
+            };
+            send(
+                s,
+                NotificationRequest {
+                    card: Some(card),
+                    ..empty_request(Channel::Feed)
+                },
+            )
+        })
+    }
+}
+
+impl settings::Host for StoreCalls<'_> {
+    fn get(&mut self) -> Call<String> {
+        self.call(|s| Ok(s.service.own_settings(s.actor)?.to_string()))
+    }
+}
+
+impl log::Host for LogSink<'_> {
+    fn write(&mut self, level: log::Level, message: String) -> wasmtime::Result<()> {
+        self.meter.charge_call()?;
+        self.meter.charge_log(message.len())?;
+        let level = match level {
+            log::Level::Trace => "trace",
+            log::Level::Debug => "debug",
+            log::Level::Info => "info",
+            log::Level::Warn => "warn",
+            log::Level::Error => "error",
+        };
+        self.lines.push(LogLine {
+            level: level.to_owned(),
+            message,
+        });
+        Ok(())
+    }
+}
+
+/// Which view of [`Invocation`] the store capabilities get.
+struct StoreCallsData;
+impl HasData for StoreCallsData {
+    type Data<'a> = StoreCalls<'a>;
+}
+
+/// Which view the `log` interface gets.
+struct LogData;
+impl HasData for LogData {
+    type Data<'a> = LogSink<'a>;
+}
+
+/// Adds every `commerce:plugin` import to the linker, each with its narrow view.
+pub fn add_to_linker(linker: &mut Linker<Invocation>) -> wasmtime::Result<()> {
+    let calls: fn(&mut Invocation) -> StoreCalls<'_> = Invocation::store_calls;
+    types::add_to_linker::<_, StoreCallsData>(linker, calls)?;
+    orders::add_to_linker::<_, StoreCallsData>(linker, calls)?;
+    products::add_to_linker::<_, StoreCallsData>(linker, calls)?;
+    inventory::add_to_linker::<_, StoreCallsData>(linker, calls)?;
+    customers::add_to_linker::<_, StoreCallsData>(linker, calls)?;
+    notifications::add_to_linker::<_, StoreCallsData>(linker, calls)?;
+    settings::add_to_linker::<_, StoreCallsData>(linker, calls)?;
+    let logs: fn(&mut Invocation) -> LogSink<'_> = Invocation::log_sink;
+    log::add_to_linker::<_, LogData>(linker, logs)?;
+    Ok(())
+}

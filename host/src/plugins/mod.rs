@@ -1,0 +1,282 @@
+//! The plugin runtime: installed plugins run as sandboxed WebAssembly components.
+//!
+//! One [`Runtime`] (one wasmtime `Engine`, the pooling allocator, an epoch ticker) for every plugin;
+//! each component is validated and compiled once at publish, kept precompiled on disk beside its
+//! original bytes (so a restart does not compile again), and loaded into one `InstancePre` per
+//! plugin version. Every event is delivered to a fresh instance with the installation's identity;
+//! host functions go through the same service layer as the REST API.
+
+pub mod bindings;
+mod convert;
+mod host;
+pub mod limits;
+pub mod runtime;
+pub mod state;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+use crate::service::events::Event;
+use crate::service::plugins::{Manifest, ManifestLimits};
+use crate::service::{Actor, Service};
+pub use limits::Limits;
+pub use runtime::{Failure, Outcome, RuntimeConfig};
+use runtime::{LoadedPlugin, Runtime};
+
+/// The operator's bounds on what a manifest may ask for, and the defaults.
+#[derive(Debug, Clone)]
+pub struct LimitPolicy {
+    /// Limits of a plugin whose manifest asks for none.
+    pub defaults: Limits,
+    /// The most any manifest may ask for.
+    pub maxima: Limits,
+}
+
+impl Default for LimitPolicy {
+    fn default() -> Self {
+        Self {
+            defaults: Limits::default(),
+            maxima: Limits {
+                fuel: 10_000_000_000,
+                wall_clock: std::time::Duration::from_secs(10),
+                memory_bytes: 64 << 20,
+                host_calls: 10_000,
+                log_bytes: 1 << 20,
+            },
+        }
+    }
+}
+
+impl LimitPolicy {
+    /// The limits of a plugin: its manifest's, where given, within the maxima.
+    pub fn resolve(&self, asked: Option<&ManifestLimits>, field: &str) -> Result<Limits> {
+        let mut limits = self.defaults.clone();
+        let Some(asked) = asked else {
+            return Ok(limits);
+        };
+        let too_much = |name: &str, max: String| {
+            Error::invalid(
+                format!("{field}.{name}"),
+                format!("at most {max} on this host"),
+            )
+        };
+        if let Some(mib) = asked.memory_mib {
+            let bytes = usize::try_from(mib)
+                .unwrap_or(usize::MAX)
+                .saturating_mul(1 << 20);
+            if bytes > self.maxima.memory_bytes || mib == 0 {
+                return Err(too_much(
+                    "memory_mib",
+                    format!("{} (and at least 1)", self.maxima.memory_bytes >> 20),
+                ));
+            }
+            limits.memory_bytes = bytes;
+        }
+        if let Some(fuel) = asked.fuel {
+            if fuel > self.maxima.fuel || fuel == 0 {
+                return Err(too_much("fuel", self.maxima.fuel.to_string()));
+            }
+            limits.fuel = fuel;
+        }
+        if let Some(ms) = asked.timeout_ms {
+            let wall = std::time::Duration::from_millis(u64::from(ms));
+            if wall > self.maxima.wall_clock || ms == 0 {
+                return Err(too_much(
+                    "timeout_ms",
+                    self.maxima.wall_clock.as_millis().to_string(),
+                ));
+            }
+            limits.wall_clock = wall;
+        }
+        if let Some(calls) = asked.host_calls {
+            if calls > self.maxima.host_calls {
+                return Err(too_much("host_calls", self.maxima.host_calls.to_string()));
+            }
+            limits.host_calls = calls;
+        }
+        if let Some(bytes) = asked.log_bytes {
+            let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
+            if bytes > self.maxima.log_bytes {
+                return Err(too_much("log_bytes", self.maxima.log_bytes.to_string()));
+            }
+            limits.log_bytes = bytes;
+        }
+        Ok(limits)
+    }
+}
+
+/// A published component, as recorded with its plugin.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct ComponentInfo {
+    /// SHA-256 of the component's bytes, hex.
+    pub sha256: String,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+/// Installed components and the runtime that runs them.
+pub struct Plugins {
+    runtime: Runtime,
+    dir: PathBuf,
+    policy: LimitPolicy,
+    loaded: Mutex<HashMap<(String, String), LoadedPlugin>>,
+}
+
+impl std::fmt::Debug for Plugins {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plugins")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+fn file_stem(name: &str, version: &str) -> String {
+    format!("{name}@{version}")
+}
+
+impl Plugins {
+    /// A runtime keeping components in `dir`.
+    pub fn new(dir: &Path, config: RuntimeConfig, policy: LimitPolicy) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        Ok(Self {
+            runtime: Runtime::new(config)
+                .map_err(|e| anyhow::anyhow!("starting the component runtime: {e:#}"))?,
+            dir: dir.to_owned(),
+            policy,
+            loaded: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The limits policy.
+    pub fn policy(&self) -> &LimitPolicy {
+        &self.policy
+    }
+
+    /// Validates and compiles a component for `manifest` (a real component that targets our world,
+    /// or a clear `validation_failed` on `field`), and keeps it and its compiled form on disk.
+    pub fn store_component(
+        &self,
+        manifest: &Manifest,
+        wasm: &[u8],
+        field: &str,
+    ) -> Result<ComponentInfo> {
+        self.policy
+            .resolve(manifest.limits.as_ref(), "manifest.limits")?;
+        let compiled = self
+            .runtime
+            .precompile(wasm)
+            .map_err(|e| Error::invalid(field, e.to_string()))?;
+        let stem = file_stem(&manifest.name, &manifest.version);
+        write_atomically(&self.dir.join(format!("{stem}.wasm")), wasm)?;
+        write_atomically(&self.dir.join(format!("{stem}.cwasm")), &compiled)?;
+        Ok(ComponentInfo {
+            sha256: hex::encode(Sha256::digest(wasm)),
+            size: wasm.len() as u64,
+        })
+    }
+
+    /// Publishes a plugin: checks the manifest, then (for a component) validates, compiles and
+    /// stores it, then records the plugin. Blocking (compiling takes about a second): call it
+    /// from a blocking thread.
+    pub fn publish(
+        &self,
+        service: &Service,
+        manifest: Manifest,
+        templates: &std::collections::BTreeMap<String, crate::outbound::templates::TemplateSource>,
+        component: Option<&[u8]>,
+    ) -> Result<crate::service::plugins::Plugin> {
+        service.check_publishable(&manifest, templates, component.is_some())?;
+        let info = component
+            .map(|wasm| self.store_component(&manifest, wasm, "component"))
+            .transpose()?;
+        service.publish_plugin(manifest, templates, info)
+    }
+
+    /// The `InstancePre` of a plugin version: from memory, else from its precompiled file (no
+    /// compilation), else compiled again from its bytes (after a host upgrade changed the format).
+    fn load(&self, name: &str, version: &str) -> Result<LoadedPlugin> {
+        let key = (name.to_owned(), version.to_owned());
+        if let Some(loaded) = self
+            .loaded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
+            return Ok(loaded.clone());
+        }
+        let stem = file_stem(name, version);
+        let cwasm = self.dir.join(format!("{stem}.cwasm"));
+        // SAFETY: the file was written by `store_component` from `precompile_component` of an
+        // engine of this host (wasmtime checks its version and settings) and is never modified
+        // in place (replaced atomically by rename).
+        #[allow(unsafe_code)]
+        let loaded = match unsafe { self.runtime.load_precompiled(&cwasm) } {
+            Ok(loaded) => loaded,
+            Err(first) => {
+                let wasm = std::fs::read(self.dir.join(format!("{stem}.wasm")))
+                    .map_err(|e| anyhow::anyhow!("component {stem} is missing ({first}): {e}"))?;
+                let compiled = self
+                    .runtime
+                    .precompile(&wasm)
+                    .map_err(|e| anyhow::anyhow!("recompiling {stem}: {e}"))?;
+                write_atomically(&cwasm, &compiled)?;
+                #[allow(unsafe_code)]
+                // SAFETY: as above; written just now.
+                unsafe { self.runtime.load_precompiled(&cwasm) }
+                    .map_err(|e| anyhow::anyhow!("loading {stem}: {e}"))?
+            }
+        };
+        self.loaded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, loaded.clone());
+        Ok(loaded)
+    }
+
+    /// Loads every given plugin version ahead of its first event.
+    pub fn preload<'a>(
+        &self,
+        versions: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<usize> {
+        let mut n = 0;
+        for (name, version) in versions {
+            self.load(name, version)?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Delivers `event` to a fresh instance of the installation's plugin. Blocking: call it from
+    /// a blocking thread.
+    pub fn invoke(
+        &self,
+        service: &Service,
+        actor: Actor,
+        manifest: &Manifest,
+        event: &Event,
+    ) -> Result<Outcome> {
+        let limits = self
+            .policy
+            .resolve(manifest.limits.as_ref(), "manifest.limits")?;
+        let loaded = self.load(&manifest.name, &manifest.version)?;
+        let event = convert::event(event)?;
+        Ok(self
+            .runtime
+            .invoke(&loaded, actor, service.clone(), &limits, &event))
+    }
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).map_err(|e| anyhow::anyhow!("writing {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path)
+        .map_err(|e| anyhow::anyhow!("renaming to {}: {e}", path.display()))?;
+    Ok(())
+}
+
+/// A shared handle.
+pub type SharedPlugins = Arc<Plugins>;

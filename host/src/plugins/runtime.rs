@@ -1,0 +1,353 @@
+//! One `Engine` for every plugin, components precompiled once, one `InstancePre` per
+//! plugin version, a fresh `Store` and instance per event.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
+
+use super::bindings::commerce::plugin::events::Event;
+use super::bindings::{Plugin, PluginPre};
+use super::host;
+use super::limits::{LimitExceeded, Limits};
+use super::state::{Invocation, LogLine};
+use crate::service::{Actor, Service};
+
+/// The export every plugin must have.
+pub const HANDLER_EXPORT: &str = "commerce:plugin/handler@0.1.0";
+
+/// Engine-wide settings (operator maxima). Per-invocation limits are in [`Limits`].
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// Instances that may run at the same time (blocking threads); sizes the pool.
+    pub max_concurrent_instances: u32,
+    /// Hard cap on any linear memory; `Limits::memory_bytes` must stay below it.
+    pub max_memory_bytes: usize,
+    /// Wasm stack per call, for every plugin (not configurable per store).
+    pub max_wasm_stack: usize,
+    /// Epoch tick; the wall-clock deadline is rounded up to whole ticks.
+    pub epoch_tick: Duration,
+    /// Keep the wasm address map (trap backtraces with wasm offsets); off shrinks cwasm.
+    pub address_map: bool,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            max_concurrent_instances: 64,
+            max_memory_bytes: 64 << 20,
+            max_wasm_stack: 512 << 10,
+            epoch_tick: Duration::from_millis(10),
+            address_map: true,
+        }
+    }
+}
+
+/// Why a component was refused at install time.
+#[derive(Debug)]
+pub enum LoadError {
+    /// The bytes are a core wasm module, not a component.
+    NotAComponent,
+    /// Not wasm at all, or invalid wasm.
+    Invalid(String),
+    /// A component that does not export `commerce:plugin/handler@0.1.0` (or with a
+    /// different type), listing what it does export.
+    WrongWorld(String),
+    /// It imports something the host does not provide (a non-WASI-p2 or unknown interface).
+    UnsupportedImport(String),
+}
+
+impl std::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NotAComponent => write!(
+                f,
+                "this is a core wasm module, not a component: build with --target wasm32-wasip2"
+            ),
+            Self::Invalid(e) => write!(f, "not a valid wasm component: {e}"),
+            Self::WrongWorld(e) => write!(
+                f,
+                "component does not target commerce:plugin/plugin@0.1.0: {e}"
+            ),
+            Self::UnsupportedImport(e) => write!(
+                f,
+                "component imports something the host does not provide: {e}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+/// Why an invocation failed; each kind is distinguishable for the attempt log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// The handler returned `err(message)`.
+    Handler(String),
+    /// Fuel ran out (CPU budget).
+    OutOfFuel,
+    /// The wall-clock deadline passed (epoch interruption).
+    Timeout,
+    /// Wasm stack exhausted.
+    StackOverflow,
+    /// A limit enforced by the host (host calls, log bytes, memory growth).
+    Limit(LimitExceeded),
+    /// Out-of-bounds memory access: a wild pointer, or Rust's shadow stack (in linear
+    /// memory) overflowing below address 0.
+    MemoryFault,
+    /// The guest panicked or aborted (`unreachable`); its message is in the stderr log line.
+    Panic,
+    /// Any other trap.
+    Trap(String),
+    /// Instantiation failed (for example the instance pool is full).
+    Instantiate(String),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Handler(m) => write!(f, "the handler returned an error: {m}"),
+            Self::OutOfFuel => f.write_str("stopped: the CPU budget (fuel) ran out"),
+            Self::Timeout => f.write_str("stopped: the wall-clock limit passed"),
+            Self::StackOverflow => f.write_str("stopped: stack overflow"),
+            Self::Limit(limit) => write!(f, "stopped: {limit}"),
+            Self::MemoryFault => f.write_str(
+                "stopped: out-of-bounds memory access (often a stack overflow in linear memory)",
+            ),
+            Self::Panic => f.write_str("the plugin panicked or aborted (see its stderr log line)"),
+            Self::Trap(m) => write!(f, "stopped by a trap: {m}"),
+            Self::Instantiate(m) => write!(f, "could not instantiate the component: {m}"),
+        }
+    }
+}
+
+/// The result of delivering one event.
+#[derive(Debug)]
+pub struct Outcome {
+    pub result: Result<(), Failure>,
+    pub logs: Vec<LogLine>,
+    pub fuel_used: u64,
+    pub elapsed: Duration,
+}
+
+/// An installed plugin version, ready to instantiate.
+#[derive(Clone)]
+pub struct LoadedPlugin {
+    pub pre: PluginPre<Invocation>,
+}
+
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<Invocation>,
+    config: RuntimeConfig,
+    ticker: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
+}
+
+impl Runtime {
+    pub fn new(config: RuntimeConfig) -> wasmtime::Result<Self> {
+        let engine = Engine::new(&engine_config(&config))?;
+        let mut linker = Linker::new(&engine);
+        // WASI p2, sync flavour: Rust's wasip2 std imports wasi:cli/environment,
+        // wasi:cli/exit, wasi:io/*, wasi:clocks/*, wasi:filesystem/*, wasi:random/* even when
+        // unused; the empty WasiCtx makes them inert (no preopens, env, args, sockets).
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        host::add_to_linker(&mut linker)?;
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let ticker = {
+            let (engine, stop, tick) = (engine.clone(), stop.clone(), config.epoch_tick);
+            std::thread::Builder::new()
+                .name("epoch-ticker".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(tick);
+                        engine.increment_epoch();
+                    }
+                })?
+        };
+        Ok(Self {
+            engine,
+            linker,
+            config,
+            ticker: Some((stop, ticker)),
+        })
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Validates and compiles a component; returns the precompiled artifact to cache on disk.
+    #[allow(unsafe_code)]
+    pub fn precompile(&self, wasm: &[u8]) -> Result<Vec<u8>, LoadError> {
+        match wasm.get(0..8) {
+            Some([0, b'a', b's', b'm', 0x01, 0, 0, 0]) => return Err(LoadError::NotAComponent),
+            Some([0, b'a', b's', b'm', 0x0d, 0, 0x01, 0]) => {}
+            _ => {
+                return Err(LoadError::Invalid(
+                    "missing the wasm component header".into(),
+                ));
+            }
+        }
+        let bytes = self
+            .engine
+            .precompile_component(wasm)
+            .map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
+        // SAFETY: `bytes` was produced just now by `precompile_component` of this engine.
+        let component = unsafe { Component::deserialize(&self.engine, &bytes) }
+            .map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
+        self.check_world(&component)?;
+        Ok(bytes)
+    }
+
+    /// Loads a precompiled artifact written by [`Runtime::precompile`] (no compilation).
+    ///
+    /// # Safety
+    ///
+    /// `path` must hold bytes produced by `precompile_component`/`serialize` (wasmtime
+    /// checks version and engine settings, but not integrity: arbitrary bytes are native
+    /// code), and the file must not change while loaded (it is mmapped).
+    #[allow(unsafe_code)]
+    pub unsafe fn load_precompiled(&self, path: &Path) -> Result<LoadedPlugin, LoadError> {
+        // SAFETY: forwarded to the caller.
+        let component = unsafe { Component::deserialize_file(&self.engine, path) }
+            .map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
+        self.check_world(&component)
+    }
+
+    fn check_world(&self, component: &Component) -> Result<LoadedPlugin, LoadError> {
+        if component.get_export_index(None, HANDLER_EXPORT).is_none() {
+            let exports: Vec<String> = component
+                .component_type()
+                .exports(&self.engine)
+                .map(|(name, _)| name.to_owned())
+                .collect();
+            return Err(LoadError::WrongWorld(format!(
+                "no export {HANDLER_EXPORT} (exports: [{}])",
+                exports.join(", ")
+            )));
+        }
+        let pre = self
+            .linker
+            .instantiate_pre(component)
+            .map_err(|e| LoadError::UnsupportedImport(format!("{e:#}")))?;
+        let pre = PluginPre::new(pre).map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
+        Ok(LoadedPlugin { pre })
+    }
+
+    /// Delivers one event to a fresh instance of `plugin`. Never panics on guest behaviour.
+    pub fn invoke(
+        &self,
+        plugin: &LoadedPlugin,
+        actor: Actor,
+        service: Service,
+        limits: &Limits,
+        event: &Event,
+    ) -> Outcome {
+        let started = Instant::now();
+        let mut store = Store::new(&self.engine, Invocation::new(actor, service, limits));
+        store.limiter(|s| &mut s.limiter);
+        let result = self.run(&mut store, plugin, limits, event);
+        let fuel_used = limits.fuel.saturating_sub(store.get_fuel().unwrap_or(0));
+        Outcome {
+            result,
+            logs: store.into_data().into_logs(),
+            fuel_used,
+            elapsed: started.elapsed(),
+        }
+    }
+
+    fn run(
+        &self,
+        store: &mut Store<Invocation>,
+        plugin: &LoadedPlugin,
+        limits: &Limits,
+        event: &Event,
+    ) -> Result<(), Failure> {
+        store
+            .set_fuel(limits.fuel)
+            .map_err(|e| Failure::Instantiate(format!("{e:#}")))?;
+        let tick = self.config.epoch_tick.as_nanos().max(1);
+        let ticks = limits.wall_clock.as_nanos().div_ceil(tick) as u64;
+        store.set_epoch_deadline(ticks.max(1));
+        store.epoch_deadline_trap();
+
+        // Instantiation runs guest code too (start functions), so its traps are classified.
+        let plugin: Plugin =
+            plugin
+                .pre
+                .instantiate(&mut *store)
+                .map_err(|e| match classify(e) {
+                    Failure::Trap(m) => Failure::Instantiate(m),
+                    other => other,
+                })?;
+        match plugin
+            .commerce_plugin_handler()
+            .call_handle_event(&mut *store, event)
+        {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(message)) => Err(Failure::Handler(message)),
+            Err(e) => Err(classify(e)),
+        }
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if let Some((stop, handle)) = self.ticker.take() {
+            stop.store(true, Ordering::Relaxed);
+            let _ = handle.join();
+        }
+    }
+}
+
+/// Turns a wasmtime error into a failure kind: our own typed limit errors first (they
+/// are the root of the chain when a host function or the limiter refused), then traps.
+pub fn classify(e: wasmtime::Error) -> Failure {
+    if let Some(limit) = e.downcast_ref::<LimitExceeded>() {
+        return Failure::Limit(limit.clone());
+    }
+    match e.downcast_ref::<Trap>() {
+        Some(Trap::OutOfFuel) => Failure::OutOfFuel,
+        Some(Trap::Interrupt) => Failure::Timeout,
+        Some(Trap::StackOverflow) => Failure::StackOverflow,
+        Some(Trap::MemoryOutOfBounds) => Failure::MemoryFault,
+        Some(Trap::UnreachableCodeReached) => Failure::Panic,
+        Some(trap) => Failure::Trap(trap.to_string()),
+        None => Failure::Trap(format!("{e:#}")),
+    }
+}
+
+fn engine_config(rc: &RuntimeConfig) -> Config {
+    let n = rc.max_concurrent_instances;
+    let mut pool = PoolingAllocationConfig::default();
+    // The pool bounds *concurrent* instances, not installed plugins: 1,000 installed
+    // plugins are 1,000 `InstancePre`s that hold no slot. A Rust wasip2 component
+    // instantiates a few core instances (main module + shims) with 1-2 memories.
+    pool.total_component_instances(n)
+        .total_core_instances(n * 8)
+        .total_memories(n * 2)
+        .total_tables(n * 4)
+        .max_core_instances_per_component(16)
+        .max_memories_per_component(4)
+        .max_tables_per_component(8)
+        .max_memory_size(rc.max_memory_bytes)
+        // Keep a little of each slot resident so reuse does not page-fault from zero.
+        .linear_memory_keep_resident(64 << 10)
+        .table_keep_resident(16 << 10)
+        .max_unused_warm_slots(n / 4);
+
+    let mut config = Config::new();
+    config
+        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool))
+        .consume_fuel(true)
+        .epoch_interruption(true)
+        .max_wasm_stack(rc.max_wasm_stack)
+        .generate_address_map(rc.address_map)
+        .wasm_component_model(true);
+    config
+}

@@ -1,0 +1,105 @@
+//! What a wasmtime `Store` holds for one invocation, and the narrow views host functions get.
+
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::limits::{Limiter, Limits, Meter};
+use crate::service::{Actor, Service};
+
+/// One line a plugin logged during an invocation.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct LogLine {
+    /// `trace`, `debug`, `info`, `warn`, `error`, or `stderr` (what the guest wrote there, such as a
+    /// panic message).
+    pub level: String,
+    /// The text.
+    pub message: String,
+}
+
+/// The `T` of `Store<T>`: per-invocation state, dropped with the instance.
+pub struct Invocation {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(crate) limiter: Limiter,
+    pub(crate) meter: Meter,
+    pub(crate) actor: Actor,
+    pub(crate) service: Service,
+    pub(crate) logs: Vec<LogLine>,
+    stderr: MemoryOutputPipe,
+}
+
+impl Invocation {
+    /// State for one event delivered to `actor`'s plugin.
+    pub fn new(actor: Actor, service: Service, limits: &Limits) -> Self {
+        // No preopened folders, environment, arguments or sockets: WASI's imports are inert. Stderr
+        // (where a Rust panic message goes) is captured within the log budget; stdout is dropped.
+        let stderr = MemoryOutputPipe::new(limits.log_bytes.min(16 << 10));
+        let wasi = WasiCtx::builder()
+            .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        Self {
+            wasi,
+            table: ResourceTable::new(),
+            limiter: Limiter::new(limits),
+            meter: Meter::new(limits),
+            actor,
+            service,
+            logs: Vec::new(),
+            stderr,
+        }
+    }
+
+    /// The plugin's log lines, then what it wrote to stderr.
+    pub fn into_logs(self) -> Vec<LogLine> {
+        let mut logs = self.logs;
+        let stderr = self.stderr.contents();
+        if !stderr.is_empty() {
+            logs.push(LogLine {
+                level: "stderr".into(),
+                message: String::from_utf8_lossy(&stderr).into_owned(),
+            });
+        }
+        logs
+    }
+
+    pub(crate) fn store_calls(&mut self) -> StoreCalls<'_> {
+        StoreCalls {
+            meter: &mut self.meter,
+            actor: &self.actor,
+            service: &self.service,
+        }
+    }
+
+    pub(crate) fn log_sink(&mut self) -> LogSink<'_> {
+        LogSink {
+            meter: &mut self.meter,
+            lines: &mut self.logs,
+        }
+    }
+}
+
+impl WasiView for Invocation {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// The view the store capabilities get: the meter, who is calling, and the service layer.
+pub struct StoreCalls<'a> {
+    pub(crate) meter: &'a mut Meter,
+    pub(crate) actor: &'a Actor,
+    pub(crate) service: &'a Service,
+}
+
+/// The view the `log` interface gets.
+pub struct LogSink<'a> {
+    pub(crate) meter: &'a mut Meter,
+    pub(crate) lines: &'a mut Vec<LogLine>,
+}

@@ -1,0 +1,71 @@
+//! The operator's view of installed components as delivery targets: resume after a pause,
+//! replay failed events, and the attempt log with the plugin's log lines.
+
+use super::Service;
+use super::pagination::{Page, PageRequest};
+use super::stores::{Installation, InstallationStatus};
+use super::webhooks::{ReplayRequest, ReplayResult};
+use crate::delivery::records::{Attempt, TargetRef};
+use crate::error::{Error, Result};
+use crate::ids::{InstallationId, StoreId};
+
+impl Service {
+    fn component_installation(&self, store: &StoreId, id: &InstallationId) -> Result<Installation> {
+        let installation = self.installation(store, id)?;
+        if installation.component_events.is_empty() {
+            return Err(Error::conflict(
+                "no_component",
+                "this installation's plugin has no component",
+            ));
+        }
+        Ok(installation)
+    }
+
+    /// Resumes deliveries to a paused component; a no-op on an active one. Missed events are
+    /// re-sent with a replay.
+    pub fn resume_component(&self, store: &StoreId, id: &InstallationId) -> Result<Installation> {
+        self.component_installation(store, id)?;
+        self.db.tx(|tx| {
+            let key = Installation::key(store, id);
+            let mut installation: Installation = tx
+                .read(&key)?
+                .ok_or_else(|| Error::not_found("installation", id))?;
+            if installation.status != InstallationStatus::Active {
+                return Err(Error::not_found("installation", id));
+            }
+            if installation.component_paused_at.take().is_some() {
+                installation.component_pause_reason = None;
+                tx.write(&key, &installation)?;
+            }
+            Ok(installation)
+        })
+    }
+
+    /// Re-sends failed events to an active component.
+    pub fn replay_component(
+        &self,
+        store: &StoreId,
+        id: &InstallationId,
+        request: &ReplayRequest,
+    ) -> Result<ReplayResult> {
+        let installation = self.component_installation(store, id)?;
+        if installation.component_paused_at.is_some() {
+            return Err(Error::conflict(
+                "component_paused",
+                "the component is paused; resume it before replaying",
+            ));
+        }
+        self.replay_target(store, &TargetRef::Component(id.clone()), request)
+    }
+
+    /// The component's attempts, newest first, each with the lines the plugin logged.
+    pub fn list_component_attempts(
+        &self,
+        store: &StoreId,
+        id: &InstallationId,
+        page: &PageRequest,
+    ) -> Result<Page<Attempt>> {
+        self.component_installation(store, id)?;
+        self.list_target_attempts(store, &TargetRef::Component(id.clone()), page)
+    }
+}
