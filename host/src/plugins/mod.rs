@@ -25,7 +25,7 @@ use crate::service::plugins::{Manifest, ManifestLimits};
 use crate::service::{Actor, Service};
 pub use limits::Limits;
 pub use runtime::{Failure, Outcome, RuntimeConfig};
-use runtime::{LoadedPlugin, Runtime};
+pub use runtime::{LoadedPlugin, Runtime};
 
 /// The operator's bounds on what a manifest may ask for, and the defaults.
 #[derive(Debug, Clone)]
@@ -156,6 +156,16 @@ impl Plugins {
         &self.policy
     }
 
+    /// The runtime underneath (for benchmarks that measure it bare).
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    /// The folder of the components and their compiled forms.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// Validates and compiles a component for `manifest` (a real component that targets our world,
     /// or a clear `validation_failed` on `field`), and keeps it and its compiled form on disk.
     pub fn store_component(
@@ -198,7 +208,7 @@ impl Plugins {
 
     /// The `InstancePre` of a plugin version: from memory, else from its precompiled file (no
     /// compilation), else compiled again from its bytes (after a host upgrade changed the format).
-    fn load(&self, name: &str, version: &str) -> Result<LoadedPlugin> {
+    pub fn load(&self, name: &str, version: &str) -> Result<LoadedPlugin> {
         let key = (name.to_owned(), version.to_owned());
         if let Some(loaded) = self
             .loaded
@@ -268,6 +278,11 @@ impl Plugins {
             .runtime
             .invoke(&loaded, actor, service.clone(), &limits, &event))
     }
+}
+
+/// A stored event as the typed WIT event a component receives.
+pub fn wit_event(event: &Event) -> Result<bindings::commerce::plugin::events::Event> {
+    Ok(convert::event(event)?)
 }
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
