@@ -54,16 +54,33 @@ fn manifest(name: &str) -> Manifest {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let events: usize = std::env::var("DISPATCH_EVENTS").ok().and_then(|s| s.parse().ok()).unwrap_or(2000);
-    let plugin_count: usize = std::env::var("PLUGINS").ok().and_then(|s| s.parse().ok()).unwrap_or(1000);
+    let events: usize = std::env::var("DISPATCH_EVENTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2000);
+    let plugin_count: usize = std::env::var("PLUGINS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1000);
     let data = tempfile::tempdir()?;
     let mut config = Config::new(data.path());
     config.admin_token = Some("bench-admin-token-0123456789".to_owned());
     let service = commerce_host::open_service(&config)?;
-    let plugins = std::sync::Arc::new(Plugins::new(&data.path().join("components"), config.plugin_runtime.clone(), config.plugin_limits.clone())?);
+    let plugins = std::sync::Arc::new(Plugins::new(
+        &data.path().join("components"),
+        config.plugin_runtime.clone(),
+        config.plugin_limits.clone(),
+    )?);
     let wasm = component("hostile");
     let fail = |e: commerce_host::Error| anyhow::anyhow!("{e}");
-    plugins.publish(&service, manifest("bench"), &Default::default(), Some(&wasm)).map_err(fail)?;
+    plugins
+        .publish(
+            &service,
+            manifest("bench"),
+            &Default::default(),
+            Some(&wasm),
+        )
+        .map_err(fail)?;
     let store = service.create_store("bench.example").map_err(fail)?;
     let installed = service.install(&store.id, "bench").map_err(fail)?;
     let installation = installed.installation;
@@ -79,32 +96,52 @@ async fn main() -> anyhow::Result<()> {
     let limits = plugins.policy().resolve(None, "limits").map_err(fail)?;
     let loaded = plugins.load("bench", "1.0.0").map_err(fail)?;
     let wit_event = commerce_host::plugins::wit_event(&stored).map_err(fail)?;
-    println!("== {events} events to a fresh instance each (the component logs a line and reads its settings: 2 host calls), one thread");
+    println!(
+        "== {events} events to a fresh instance each (the component logs a line and reads its settings: 2 host calls), one thread"
+    );
 
     // Warm up both paths.
     for _ in 0..50 {
-        let _ = plugins.runtime().invoke(&loaded, actor.clone(), service.clone(), &limits, &wit_event);
+        let _ =
+            plugins
+                .runtime()
+                .invoke(&loaded, actor.clone(), service.clone(), &limits, &wit_event);
     }
 
     let mut samples = Vec::with_capacity(events);
     let start = Instant::now();
     for _ in 0..events {
         let t = Instant::now();
-        let out = plugins.runtime().invoke(&loaded, actor.clone(), service.clone(), &limits, &wit_event);
+        let out =
+            plugins
+                .runtime()
+                .invoke(&loaded, actor.clone(), service.clone(), &limits, &wit_event);
         assert!(out.result.is_ok(), "{:?}", out.result);
         samples.push(t.elapsed());
     }
-    report("floor: InstancePre → instance → call", events, start.elapsed(), samples);
+    report(
+        "floor: InstancePre → instance → call",
+        events,
+        start.elapsed(),
+        samples,
+    );
 
     let mut samples = Vec::with_capacity(events);
     let start = Instant::now();
     for _ in 0..events {
         let t = Instant::now();
-        let out = plugins.invoke(&service, actor.clone(), &manifest, &stored).map_err(fail)?;
+        let out = plugins
+            .invoke(&service, actor.clone(), &manifest, &stored)
+            .map_err(fail)?;
         assert!(out.result.is_ok(), "{:?}", out.result);
         samples.push(t.elapsed());
     }
-    report("host: Plugins::invoke (stored event)", events, start.elapsed(), samples);
+    report(
+        "host: Plugins::invoke (stored event)",
+        events,
+        start.elapsed(),
+        samples,
+    );
 
     // Through the delivery engine: each configuration fires plugin.configured, which the
     // component receives. Latency one event at a time; throughput as a burst.
@@ -133,19 +170,32 @@ async fn main() -> anyhow::Result<()> {
     for i in 0..rounds {
         let before = newest(&service)?;
         let t = Instant::now();
-        service.configure(&store.id, &installation.id, serde_json::json!({ "n": i })).map_err(fail)?;
+        service
+            .configure(&store.id, &installation.id, serde_json::json!({ "n": i }))
+            .map_err(fail)?;
         while newest(&service)? == before {
             tokio::time::sleep(Duration::from_micros(200)).await;
         }
         samples.push(t.elapsed());
     }
-    report("engine: event committed → attempt recorded", rounds, start.elapsed(), samples);
+    report(
+        "engine: event committed → attempt recorded",
+        rounds,
+        start.elapsed(),
+        samples,
+    );
 
     let burst = events.min(1000);
     let already = count_attempts(&service, &store.id, &target)?;
     let start = Instant::now();
     for i in 0..burst {
-        service.configure(&store.id, &installation.id, serde_json::json!({ "burst": i })).map_err(fail)?;
+        service
+            .configure(
+                &store.id,
+                &installation.id,
+                serde_json::json!({ "burst": i }),
+            )
+            .map_err(fail)?;
     }
     let committed = start.elapsed();
     while count_attempts(&service, &store.id, &target)? < already + burst {
@@ -170,12 +220,17 @@ async fn main() -> anyhow::Result<()> {
         std::fs::write(plugins.dir().join(format!("{name}@1.0.0.cwasm")), &compiled)?;
     }
     let t = Instant::now();
-    plugins.preload(names.iter().map(|n| (n.as_str(), "1.0.0"))).map_err(fail)?;
+    plugins
+        .preload(names.iter().map(|n| (n.as_str(), "1.0.0")))
+        .map_err(fail)?;
     let loaded_in = t.elapsed();
     let after_load = rss_mib();
     for name in &names {
         let loaded = plugins.load(name, "1.0.0").map_err(fail)?;
-        let out = plugins.runtime().invoke(&loaded, actor.clone(), service.clone(), &limits, &wit_event);
+        let out =
+            plugins
+                .runtime()
+                .invoke(&loaded, actor.clone(), service.clone(), &limits, &wit_event);
         assert!(out.result.is_ok());
     }
     let after_events = rss_mib();
@@ -188,11 +243,17 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn count_attempts(service: &commerce_host::Service, store: &commerce_host::ids::StoreId, target: &commerce_host::delivery::records::TargetRef) -> anyhow::Result<usize> {
+fn count_attempts(
+    service: &commerce_host::Service,
+    store: &commerce_host::ids::StoreId,
+    target: &commerce_host::delivery::records::TargetRef,
+) -> anyhow::Result<usize> {
     let mut n = 0;
     let mut page = PageRequest::first(250);
     loop {
-        let got = service.list_target_attempts(store, target, &page).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let got = service
+            .list_target_attempts(store, target, &page)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         n += got.data.len();
         match got.page.next_cursor {
             Some(c) => page = PageRequest::after(250, c),

@@ -43,6 +43,19 @@ fn build_all() -> &'static Result<PathBuf, String> {
     })
 }
 
+/// The folder the example plugins' components are built into (building them the first time).
+pub fn components_dir() -> PathBuf {
+    match build_all() {
+        Ok(dir) => dir.clone(),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// The `.wasm` file of the example plugin `name` (crate name, e.g. `order-thanks`).
+pub fn component_file(name: &str) -> PathBuf {
+    components_dir().join(format!("{}.wasm", name.replace('-', "_")))
+}
+
 /// The bytes of the example plugin `name` (crate name, e.g. `order-thanks`).
 pub fn component(name: &str) -> Vec<u8> {
     let dir = match build_all() {

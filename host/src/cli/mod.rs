@@ -9,6 +9,12 @@ use clap::{Parser, Subcommand};
 
 use crate::Config;
 
+pub mod client;
+pub mod demo;
+pub mod package;
+pub mod plugin;
+pub mod scaffold;
+
 #[derive(Parser)]
 #[command(
     name = "commerce-host",
@@ -24,6 +30,21 @@ struct Cli {
 enum Command {
     /// Serve the /v1 API and the operator API, and deliver webhooks.
     Serve(ServeArgs),
+    /// Build, publish, install and follow plugins (talks to a host over HTTP).
+    #[command(subcommand)]
+    Plugin(plugin::PluginCommand),
+    /// Serve with a demo store, sample data and the example plugins built and installed.
+    Demo(DemoArgs),
+}
+
+#[derive(clap::Args)]
+struct DemoArgs {
+    /// Address to listen on.
+    #[arg(long, env = "COMMERCE_HOST_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Data folder (database, admin token, the demo's shop token).
+    #[arg(long, env = "COMMERCE_HOST_DATA", default_value = "./data")]
+    data: PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -73,6 +94,8 @@ pub fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     match cli.command {
         Command::Serve(args) => runtime.block_on(serve(args)),
+        Command::Plugin(command) => runtime.block_on(plugin::run(command)),
+        Command::Demo(args) => runtime.block_on(run_demo(args)),
     }
 }
 
@@ -102,6 +125,60 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         );
     }
     crate::run(config, listener, shutdown_signal()).await
+}
+
+async fn run_demo(args: DemoArgs) -> anyhow::Result<()> {
+    // The example plugins build beside the workspace's own target folder (where the tests build
+    // them too), so that a second demo, or the tests, rebuild nothing.
+    let target = match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => PathBuf::from(dir).join("example-plugins"),
+        None => demo::examples_dir().join("target"),
+    };
+    eprintln!("building the example plugins into {} …", target.display());
+    let components = tokio::task::spawn_blocking(move || demo::build_examples(&target, false))
+        .await
+        .context("the build task")??;
+    let config = Config::new(&args.data);
+    let admin_token = config.resolve_admin_token()?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding {} (is a host already running there?)", args.listen))?;
+    let base = format!("http://{}", listener.local_addr()?);
+    let mut host = tokio::spawn(crate::run(config, listener, shutdown_signal()));
+    let client = client::HostClient::new(&base, &admin_token);
+    let seeded = async {
+        wait_ready(&base).await?;
+        demo::seed(&client, &components, &args.data.join("demo-shop-token")).await
+    };
+    let demo = tokio::select! {
+        seeded = seeded => seeded?,
+        ended = &mut host => {
+            return ended.context("the host task")?.and(Err(anyhow::anyhow!("the host stopped before the demo was ready")));
+        }
+    };
+    println!("commerce-host demo listening on {base}");
+    println!(
+        "{}",
+        demo::next_steps(&base, &crate::config::admin_token_path(&args.data), &demo)
+    );
+    host.await.context("the host task")?
+}
+
+/// Waits until the host answers `/healthz` (a few seconds at most).
+async fn wait_ready(base: &str) -> anyhow::Result<()> {
+    let http = reqwest::Client::new();
+    for _ in 0..200 {
+        if http
+            .get(format!("{base}/healthz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    anyhow::bail!("the host at {base} did not become ready")
 }
 
 /// Completes on SIGINT or SIGTERM.

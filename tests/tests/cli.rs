@@ -1,0 +1,416 @@
+//! The plugin command line and the demo, against the real host: each example plugin published
+//! and installed through the CLI's own functions, its event fired over the API, its effect seen.
+
+use commerce_host::cli::client::HostClient;
+use commerce_host::cli::{demo, package, plugin, scaffold};
+use commerce_host_tests::components::{component_file, components_dir, plugin_dir};
+use commerce_host_tests::{ADMIN_TOKEN, ALL_SCOPES, TestHost};
+use jiff::SignedDuration;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+fn client(host: &TestHost) -> HostClient {
+    HostClient::new(&host.base, ADMIN_TOKEN)
+}
+
+/// A store with the example plugin `name` published and installed through the CLI, and a
+/// project token with every scope to drive the store. Returns (store, installation, token).
+async fn store_with_example(host: &TestHost, domain: &str, name: &str) -> (String, String, String) {
+    let cli = client(host);
+    let published = plugin::publish(&cli, &plugin_dir(name), Some(&component_file(name)))
+        .await
+        .expect("published through the CLI");
+    assert_eq!(published["name"], name);
+    let store = host.create_store(domain).await;
+    let installed = plugin::install(&cli, &store, name)
+        .await
+        .expect("installed through the CLI");
+    let inst = installed["id"]
+        .as_str()
+        .expect("installation id")
+        .to_owned();
+    host.publish("shop", &ALL_SCOPES).await;
+    let (_, token) = host.install(&store, "shop").await;
+    (store, inst, token)
+}
+
+async fn customer(host: &TestHost, token: &str, first_name: &str) -> String {
+    let reply = host
+        .call(
+            token,
+            Method::POST,
+            "/v1/customers",
+            Some(json!({"email": format!("{}@shop.example", first_name.to_lowercase()), "first_name": first_name})),
+        )
+        .await
+        .expect(201);
+    reply.body["id"].as_str().expect("customer id").to_owned()
+}
+
+async fn order(host: &TestHost, token: &str, customer: &str) -> Value {
+    host.call(
+        token,
+        Method::POST,
+        "/v1/orders",
+        Some(json!({"currency": "EUR", "customer_id": customer,
+            "line_items": [{"title": "Mug", "unit_price": 1250, "quantity": 1}]})),
+    )
+    .await
+    .expect(201)
+    .body
+}
+
+/// Waits until the installation's newest attempt succeeded, and returns the attempts as the
+/// `plugin logs` command prints them.
+async fn logs_after_success(host: &TestHost, store: &str, inst: &str) -> String {
+    let cli = client(host);
+    host.eventually("a successful attempt", || async {
+        let attempts = plugin::attempts(&cli, store, inst, 10).await.ok()?;
+        let newest = attempts.first()?;
+        assert_ne!(newest["succeeded"], false, "the attempt failed: {newest}");
+        Some(plugin::format_attempts(&attempts))
+    })
+    .await
+}
+
+#[tokio::test]
+async fn order_thanks_through_the_cli_emails_the_customer_when_an_order_is_paid() {
+    let host = TestHost::start().await;
+    let (store, inst, token) = store_with_example(&host, "thanks.example", "order-thanks").await;
+    let ada = customer(&host, &token, "Ada").await;
+    let placed = order(&host, &token, &ada).await;
+    host.pay(&store, &placed).await.expect(200);
+    let id = placed["id"].as_str().expect("order id");
+    let outbox = host
+        .eventually("the thank-you email", || async {
+            let page = host
+                .admin(
+                    Method::GET,
+                    &format!("/admin/v1/stores/{store}/outbox"),
+                    None,
+                )
+                .await
+                .expect(200);
+            page.body
+                .to_string()
+                .contains(&format!("Thank you for your order {id}"))
+                .then_some(page.body)
+        })
+        .await;
+    assert!(outbox.to_string().contains("ada@shop.example"), "{outbox}");
+    let logs = logs_after_success(&host, &store, &inst).await;
+    assert!(
+        logs.contains("order.paid") && logs.contains("ok") && logs.contains("thank-you for"),
+        "{logs}"
+    );
+}
+
+#[tokio::test]
+async fn low_stock_banner_through_the_cli_warns_when_stock_falls_to_the_threshold() {
+    let host = TestHost::start().await;
+    let (store, inst, token) = store_with_example(&host, "stock.example", "low-stock-banner").await;
+    let product = host
+        .call(
+            &token,
+            Method::POST,
+            "/v1/products",
+            Some(json!({"title": "Mug", "variants": [{"price": 1250, "currency": "EUR", "inventory_quantity": 10, "low_stock_threshold": 3}]})),
+        )
+        .await
+        .expect(201)
+        .body;
+    let (product_id, variant) = (
+        product["id"].as_str().expect("id"),
+        &product["variants"][0]["id"],
+    );
+    host.call(
+        &token,
+        Method::POST,
+        "/v1/inventory/adjust",
+        Some(json!({"variant_id": variant, "set": 2})),
+    )
+    .await
+    .expect(200);
+    let banner = host
+        .eventually("a banner", || async {
+            let page = host
+                .admin(
+                    Method::GET,
+                    &format!("/admin/v1/stores/{store}/banners"),
+                    None,
+                )
+                .await
+                .expect(200);
+            page.body["data"]
+                .as_array()
+                .and_then(|b| b.first().cloned())
+        })
+        .await;
+    assert_eq!(banner["tone"], "warn", "{banner}");
+    assert_eq!(banner["title"], "Mug is running low", "{banner}");
+    let text = banner.to_string();
+    assert!(
+        text.contains(&format!("/products/{product_id}")) && text.contains("Dismiss"),
+        "{text}"
+    );
+    logs_after_success(&host, &store, &inst).await;
+}
+
+#[tokio::test]
+async fn review_request_through_the_cli_posts_a_feed_card_when_an_order_ships() {
+    let host = TestHost::start().await;
+    let (store, inst, token) = store_with_example(&host, "review.example", "review-request").await;
+    let ada = customer(&host, &token, "Ada").await;
+    let placed = order(&host, &token, &ada).await;
+    host.pay(&store, &placed).await.expect(200);
+    let id = placed["id"].as_str().expect("order id");
+    let line = placed["line_items"][0]["id"].clone();
+    host.call(
+        &token,
+        Method::POST,
+        &format!("/v1/orders/{id}/fulfillments"),
+        Some(json!({"line_items": [{"line_item_id": line, "quantity": 1}]})),
+    )
+    .await
+    .expect(201);
+    let card = host
+        .eventually("a feed card", || async {
+            let page = host
+                .admin(Method::GET, &format!("/admin/v1/stores/{store}/feed"), None)
+                .await
+                .expect(200);
+            page.body["data"]
+                .as_array()
+                .and_then(|c| c.first().cloned())
+        })
+        .await;
+    assert_eq!(card["title"], "Ask Ada for a review", "{card}");
+    assert!(
+        card.to_string().contains(&format!("/orders/{id}")),
+        "{card}"
+    );
+    logs_after_success(&host, &store, &inst).await;
+}
+
+#[tokio::test]
+async fn customer_tagger_through_the_cli_tags_first_and_repeat_orders() {
+    let host = TestHost::start().await;
+    let (store, inst, token) = store_with_example(&host, "tags.example", "customer-tagger").await;
+    let ada = customer(&host, &token, "Ada").await;
+    let tags_of = |id: String| {
+        let (host, token) = (&host, &token);
+        async move {
+            host.eventually("a tag", || async {
+                let order = host
+                    .call(token, Method::GET, &format!("/v1/orders/{id}"), None)
+                    .await
+                    .expect(200);
+                let tags = order.body["tags"].as_array().cloned().unwrap_or_default();
+                (!tags.is_empty()).then_some(tags)
+            })
+            .await
+        }
+    };
+    let first = order(&host, &token, &ada).await;
+    host.pay(&store, &first).await.expect(200);
+    assert_eq!(
+        tags_of(first["id"].as_str().expect("id").to_owned()).await,
+        vec![json!("first-order")]
+    );
+    host.clock.advance(SignedDuration::from_secs(60));
+    let second = order(&host, &token, &ada).await;
+    host.pay(&store, &second).await.expect(200);
+    assert_eq!(
+        tags_of(second["id"].as_str().expect("id").to_owned()).await,
+        vec![json!("repeat-customer")]
+    );
+    logs_after_success(&host, &store, &inst).await;
+}
+
+#[tokio::test]
+async fn a_new_plugin_builds_and_its_component_publishes_and_installs() {
+    let host = TestHost::start().await;
+    let work = tempfile::tempdir().expect("temp dir");
+    let dir = work.path().join("my-thanks");
+    scaffold::new_plugin("my-thanks", &dir, &scaffold::default_sdk()).expect("plugin new");
+    for file in [
+        "Cargo.toml",
+        "plugin.toml",
+        "templates/my-thanks.toml",
+        "src/lib.rs",
+        "README.md",
+    ] {
+        assert!(dir.join(file).is_file(), "{file} missing");
+    }
+    // Beside the example plugins' build, so that a rerun rebuilds only the new crate.
+    let target = components_dir().join("../../../plugin-new");
+    let build_dir = dir.clone();
+    let built =
+        tokio::task::spawn_blocking(move || package::build(&build_dir, Some(&target), false))
+            .await
+            .expect("build task")
+            .expect("plugin build");
+    assert!(built.size > 1000, "{built:?}");
+    let cli = client(&host);
+    let published = plugin::publish(&cli, &dir, Some(&built.path))
+        .await
+        .expect("plugin publish");
+    assert_eq!(
+        (published["name"].as_str(), published["version"].as_str()),
+        (Some("my-thanks"), Some("0.1.0"))
+    );
+    let store = host.create_store("new.example").await;
+    let installed = plugin::install(&cli, &store, "my-thanks")
+        .await
+        .expect("plugin install");
+    assert!(
+        installed["id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("inst_")),
+        "{installed}"
+    );
+}
+
+fn plugin_folder(manifest: &str, template: Option<&str>) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("plugin.toml"), manifest).expect("write");
+    if let Some(template) = template {
+        std::fs::create_dir(dir.path().join("templates")).expect("mkdir");
+        std::fs::write(dir.path().join("templates/thanks.toml"), template).expect("write");
+    }
+    dir
+}
+
+const MANIFEST: &str = "name = \"typo\"\nversion = \"1.0.0\"\nscopes = [\"orders.read\"]\ncontact_email = \"d@typo.example\"\n";
+
+#[test]
+fn a_manifest_typo_names_the_field() {
+    let unknown = plugin_folder(&MANIFEST.replace("scopes", "scoeps"), None);
+    let text = package::check(unknown.path())
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        text.contains("plugin.toml") && text.contains("unknown field `scoeps`"),
+        "{text}"
+    );
+
+    let invalid = plugin_folder(&format!("{MANIFEST}events = [\"order.payed\"]\n"), None);
+    let text = package::check(invalid.path())
+        .expect_err("refused")
+        .to_string();
+    assert!(text.contains("order.payed"), "{text}");
+
+    let bad_email = plugin_folder(&MANIFEST.replace("d@typo.example", "nobody"), None);
+    let text = package::check(bad_email.path())
+        .expect_err("refused")
+        .to_string();
+    assert!(text.contains("`contact_email`"), "{text}");
+}
+
+#[test]
+fn a_template_variable_not_declared_is_named_with_its_file() {
+    let dir = plugin_folder(
+        MANIFEST,
+        Some(
+            "variables = [\"order_id\"]\n[email]\nsubject = \"Order {{ order_id }}\"\nbody = \"Total {{ total }}\"\n",
+        ),
+    );
+    let text = package::check(dir.path()).expect_err("refused").to_string();
+    assert!(
+        text.contains("thanks.toml") && text.contains("total") && text.contains("variables"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_host_is_named_with_how_to_start_one() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let base = format!("http://127.0.0.1:{port}");
+    let cli = HostClient::new(&base, ADMIN_TOKEN);
+    let text = plugin::install(&cli, "store_x", "order-thanks")
+        .await
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        text.contains(&base) && text.contains("commerce-host serve"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn host_errors_read_as_code_message_and_field() {
+    let host = TestHost::start().await;
+    let error = plugin::install(&client(&host), "store_nope", "order-thanks")
+        .await
+        .expect_err("refused");
+    let text = format!("{error:#}");
+    assert!(
+        text.contains("not_found") || text.contains("invalid"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn the_demo_seeded_twice_adds_nothing() {
+    let host = TestHost::start().await;
+    let cli = client(&host);
+    let token_file = host.data_dir().join("demo-shop-token");
+    let first = demo::seed(&cli, &components_dir(), &token_file)
+        .await
+        .expect("first seeding");
+    let count = |path: String, token: Option<String>| {
+        let host = &host;
+        async move {
+            let reply = host
+                .send(
+                    Method::GET,
+                    &format!("{path}?limit=250"),
+                    Some(token.as_deref().unwrap_or(ADMIN_TOKEN)),
+                    None,
+                )
+                .await
+                .expect(200);
+            reply.body["data"].as_array().map_or(0, Vec::len)
+        }
+    };
+    let snapshot = || async {
+        (
+            count("/admin/v1/stores".into(), None).await,
+            count("/admin/v1/plugins".into(), None).await,
+            count(
+                format!("/admin/v1/stores/{}/installations", first.store),
+                None,
+            )
+            .await,
+            count("/v1/products".into(), Some(first.token.clone())).await,
+            count("/v1/customers".into(), Some(first.token.clone())).await,
+            count("/v1/orders".into(), Some(first.token.clone())).await,
+        )
+    };
+    let before = snapshot().await;
+    assert_eq!(before, (1, 5, 5, 3, 2, 3));
+    let second = demo::seed(&cli, &components_dir(), &token_file)
+        .await
+        .expect("second seeding");
+    assert_eq!(second.store, first.store);
+    assert_eq!(second.token, first.token);
+    assert_eq!(second.installations, first.installations);
+    assert_eq!(snapshot().await, before);
+    // The demo's paid orders went through the plugins.
+    host.eventually("the demo's thank-you emails", || async {
+        let page = host
+            .admin(
+                Method::GET,
+                &format!("/admin/v1/stores/{}/outbox", first.store),
+                None,
+            )
+            .await
+            .expect(200);
+        (page.body["data"].as_array().map_or(0, Vec::len) >= 2).then_some(())
+    })
+    .await;
+}
