@@ -71,6 +71,8 @@
 mod error;
 mod plugin;
 
+#[cfg(all(feature = "client", not(target_arch = "wasm32")))]
+pub mod client;
 pub mod customers;
 pub mod inventory;
 pub mod log;
