@@ -87,8 +87,11 @@ impl Client {
 
     /// `POST /v1/orders/{id}/complete`: places a draft (`orders.write`).
     pub async fn complete_order(&self, id: &str) -> Result<Order> {
-        self.post(&format!("/orders/{}/complete", seg(id)), &serde_json::json!({}))
-            .await
+        self.post(
+            &format!("/orders/{}/complete", seg(id)),
+            &serde_json::json!({}),
+        )
+        .await
     }
 
     /// `POST /v1/orders/{id}/cancel`, with an optional reason (`orders.write`).
@@ -205,8 +208,11 @@ impl Client {
     /// `POST /v1/webhooks/{id}/resume`: makes a paused subscription active again (it re-sends
     /// nothing by itself; see [`replay_webhook`](Self::replay_webhook)).
     pub async fn resume_webhook(&self, id: &str) -> Result<Webhook> {
-        self.post(&format!("/webhooks/{}/resume", seg(id)), &serde_json::json!({}))
-            .await
+        self.post(
+            &format!("/webhooks/{}/resume", seg(id)),
+            &serde_json::json!({}),
+        )
+        .await
     }
 
     /// `POST /v1/webhooks/{id}/replay`: attempts failed deliveries again.
@@ -218,10 +224,7 @@ impl Client {
     // Notifications (no scope; messages count against the store's daily quotas).
 
     /// `POST /v1/notifications`: a message, banner or feed card.
-    pub async fn send_notification(
-        &self,
-        body: &SendNotification,
-    ) -> Result<NotificationAccepted> {
+    pub async fn send_notification(&self, body: &SendNotification) -> Result<NotificationAccepted> {
         self.post("/notifications", body).await
     }
 

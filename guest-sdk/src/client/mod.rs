@@ -86,7 +86,8 @@ impl Client {
     ) -> Result<Self> {
         let raw = base_url.into();
         let trimmed = raw.trim_end_matches('/');
-        let parsed = reqwest::Url::parse(trimmed).map_err(|_| Error::InvalidBaseUrl(raw.clone()))?;
+        let parsed =
+            reqwest::Url::parse(trimmed).map_err(|_| Error::InvalidBaseUrl(raw.clone()))?;
         if !matches!(parsed.scheme(), "http" | "https") {
             return Err(Error::InvalidBaseUrl(raw));
         }
@@ -192,8 +193,7 @@ impl Client {
                 .map(Duration::from_secs);
             let request_id = header("x-request-id");
             let bytes = response.bytes().await?;
-            let error =
-                ApiError::from_response(status.as_u16(), request_id, retry_after, &bytes);
+            let error = ApiError::from_response(status.as_u16(), request_id, retry_after, &bytes);
             if status == StatusCode::TOO_MANY_REQUESTS && retries < self.max_retries {
                 // Without the header, a second is the host's smallest refill step.
                 let wait = retry_after.unwrap_or(Duration::from_secs(1));
@@ -264,7 +264,11 @@ impl Client {
     }
 
     /// Every item of a list, page after page, from the page `query` names.
-    fn paginate<T>(&self, path: &'static str, query: &impl Serialize) -> BoxStream<'static, Result<T>>
+    fn paginate<T>(
+        &self,
+        path: &'static str,
+        query: &impl Serialize,
+    ) -> BoxStream<'static, Result<T>>
     where
         T: DeserializeOwned + Send + 'static,
     {
@@ -298,7 +302,10 @@ impl Client {
                 }
                 None => state.done = true,
             }
-            Ok(Some((stream::iter(page.data.into_iter().map(Ok::<T, Error>)), state)))
+            Ok(Some((
+                stream::iter(page.data.into_iter().map(Ok::<T, Error>)),
+                state,
+            )))
         })
         .try_flatten()
         .boxed()

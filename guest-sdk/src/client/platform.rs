@@ -113,6 +113,15 @@ pub struct WebhookPatch {
 }
 
 /// Body of `POST /v1/webhooks/{id}/replay`: one failed event, or every failed one since a time.
+///
+/// ```
+/// use commerce_guest_sdk::client::Replay;
+///
+/// let one = serde_json::to_value(Replay::Event("evt_01".into())).unwrap();
+/// assert_eq!(one, serde_json::json!({"event_id": "evt_01"}));
+/// let since = serde_json::to_value(Replay::Since("2026-01-05T00:00:00Z".into())).unwrap();
+/// assert_eq!(since, serde_json::json!({"since": "2026-01-05T00:00:00Z"}));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Replay {
     /// One failed event (`evt_…`).
