@@ -60,9 +60,86 @@
 //!
 //! # External plugins
 //!
-//! A plugin can also live outside the host as a plain HTTP service: it calls the `/v1` REST API
-//! with its project token and receives signed webhooks. Verify each webhook request with
-//! [`webhook::verify`] before trusting its body; this part of the crate builds natively.
+//! A plugin can also live outside the host as a plain HTTP service, in any language; in Rust,
+//! this crate gives it two things (native builds):
+//!
+//! - [`webhook::verify`]: the check every delivery must pass before its body is trusted;
+//! - `client` (feature `client`): a typed async client of the `/v1` REST API with the
+//!   installation's project token: typed records and bodies, typed errors (`ApiError` with
+//!   `status`, `code`, `message`, `field`, `request_id`), lists as one page or as a stream of
+//!   every item, 429s retried after `Retry-After`, and `Idempotency-Key` on `POST`s.
+//!
+//! The operator publishes the plugin's manifest (no component, no `events`) and installs it into
+//! a store, which prints the project token. The plugin then subscribes itself to the events it
+//! wants with `POST /v1/webhooks`. `Cargo.toml`:
+//!
+//! ```toml
+//! [dependencies]
+//! commerce-guest-sdk = { path = "../../guest-sdk", features = ["client"] }
+//! axum = "0.8"
+//! tokio = { version = "1", features = ["macros", "rt-multi-thread", "net"] }
+//! serde_json = "1"
+//! ```
+//!
+//! A complete plugin that tags every new order (the full version, with deduplication, is
+//! `example-plugins/external-tagger`):
+//!
+//! ```no_run
+//! # #[cfg(feature = "client")]
+//! # mod plugin {
+//! use std::sync::Arc;
+//!
+//! use axum::{Router, body::Bytes, extract::State, http::{HeaderMap, StatusCode}, routing::post};
+//! use commerce_guest_sdk::client::{Client, NewWebhook, UpdateOrder};
+//! use commerce_guest_sdk::webhook;
+//!
+//! struct App { client: Client, secret: String }
+//!
+//! pub async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//!     let client = Client::new(std::env::var("COMMERCE_HOST_URL")?, std::env::var("COMMERCE_TOKEN")?)?;
+//!     let secret = std::env::var("WEBHOOK_SECRET")?; // 16 to 256 bytes, chosen by the plugin
+//!     let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//!     client
+//!         .create_webhook(&NewWebhook {
+//!             url: "http://127.0.0.1:3000/webhooks".into(),
+//!             events: vec!["order.created".into()],
+//!             secret: secret.clone(),
+//!         })
+//!         .await?;
+//!     let app = Arc::new(App { client, secret });
+//!     let router = Router::new().route("/webhooks", post(receive)).with_state(app);
+//!     axum::serve(listener, router).await?;
+//!     Ok(())
+//! }
+//!
+//! async fn receive(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> StatusCode {
+//!     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+//!     let now = std::time::SystemTime::now()
+//!         .duration_since(std::time::UNIX_EPOCH)
+//!         .map_or(0, |d| d.as_secs() as i64);
+//!     // Verify the raw bytes before parsing them.
+//!     if webhook::verify(&app.secret, header(webhook::TIMESTAMP_HEADER),
+//!         header(webhook::SIGNATURE_HEADER), &body, now).is_err()
+//!     {
+//!         return StatusCode::UNAUTHORIZED;
+//!     }
+//!     let Ok(event) = serde_json::from_slice::<serde_json::Value>(&body) else {
+//!         return StatusCode::BAD_REQUEST;
+//!     };
+//!     let Some(id) = event["data"]["order"]["id"].as_str() else { return StatusCode::NO_CONTENT };
+//!     let Ok(order) = app.client.get_order(id).await else {
+//!         return StatusCode::INTERNAL_SERVER_ERROR; // the host retries
+//!     };
+//!     let mut tags = order.tags;
+//!     tags.push("seen".into());
+//!     let patch = UpdateOrder { tags: Some(tags), ..UpdateOrder::default() };
+//!     match app.client.update_order(id, &patch).await {
+//!         Ok(_) => StatusCode::OK,
+//!         Err(_) => StatusCode::INTERNAL_SERVER_ERROR,
+//!     }
+//! }
+//! # }
+//! ```
 //!
 //! Host calls return [`Result`]: a refusal is an [`Error`] carrying the host's typed
 //! [`HostError`] (`Forbidden` for a scope the plugin lacks, `Invalid` with the field, `QuotaExceeded`
@@ -71,6 +148,8 @@
 mod error;
 mod plugin;
 
+#[cfg(all(feature = "client", not(target_arch = "wasm32")))]
+pub mod client;
 pub mod customers;
 pub mod inventory;
 pub mod log;
