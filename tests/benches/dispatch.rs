@@ -82,6 +82,13 @@ async fn main() -> anyhow::Result<()> {
         )
         .map_err(fail)?;
     let store = service.create_store("bench.example").map_err(fail)?;
+    // Host calls count against the store's rate limit, as over HTTP: raise it for the bench.
+    let unlimited = commerce_host::service::ratelimit::RateLimits {
+        requests_per_second: 1_000_000,
+        burst: 1_000_000,
+        requests_per_minute: 4_000_000_000,
+    };
+    service.set_rate_limits(&store.id, unlimited).map_err(fail)?;
     let installed = service.install(&store.id, "bench").map_err(fail)?;
     let installation = installed.installation;
     let stored = service
