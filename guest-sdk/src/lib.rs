@@ -145,6 +145,8 @@
 //! [`HostError`] (`Forbidden` for a scope the plugin lacks, `Invalid` with the field, `QuotaExceeded`
 //! and `RateLimited` with the seconds to wait, …). A refused call has had no effect.
 
+#![warn(missing_docs)]
+
 mod error;
 mod plugin;
 

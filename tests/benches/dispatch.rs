@@ -88,7 +88,9 @@ async fn main() -> anyhow::Result<()> {
         burst: 1_000_000,
         requests_per_minute: 4_000_000_000,
     };
-    service.set_rate_limits(&store.id, unlimited).map_err(fail)?;
+    service
+        .set_rate_limits(&store.id, unlimited)
+        .map_err(fail)?;
     let installed = service.install(&store.id, "bench").map_err(fail)?;
     let installation = installed.installation;
     let stored = service
