@@ -1,5 +1,5 @@
 //! The external example plugin (`example-plugins/external-tagger`): a native binary built with
-//! the SDK's client and verifier, published and installed through the operator API, run as a
+//! the SDK's client and verifier, published and installed through the CLI, run as a
 //! child process against the real host, receiving real signed webhooks.
 
 use std::path::PathBuf;
@@ -54,21 +54,18 @@ async fn wall_clock_host() -> TestHost {
     TestHost::start_for_webhooks(|config| config.clock = Arc::new(SystemClock)).await
 }
 
-/// Publishes the plugin from its `plugin.toml` and installs it into `store`; returns its token.
+/// Publishes the plugin from its folder and installs it into `store` through the CLI's
+/// `publish` and `install`; returns its token.
 async fn install_tagger(host: &TestHost, store: &str) -> String {
-    let manifest: toml::Value = toml::from_str(
-        &std::fs::read_to_string(plugin_dir("external-tagger").join("plugin.toml"))
-            .expect("plugin.toml"),
-    )
-    .expect("plugin.toml is TOML");
-    host.admin(
-        Method::POST,
-        "/admin/v1/plugins",
-        Some(json!({ "manifest": manifest })),
-    )
-    .await
-    .expect(201);
-    host.install(store, "external-tagger").await.1
+    let cli =
+        commerce_host::cli::client::HostClient::new(&host.base, commerce_host_tests::ADMIN_TOKEN);
+    commerce_host::cli::plugin::publish(&cli, &plugin_dir("external-tagger"), None)
+        .await
+        .expect("published through the CLI");
+    let installed = commerce_host::cli::plugin::install(&cli, store, "external-tagger")
+        .await
+        .expect("installed through the CLI");
+    installed["token"].as_str().expect("token").to_owned()
 }
 
 /// The running plugin: killed when dropped.

@@ -70,7 +70,8 @@ impl HostArgs {
 pub struct PublishArgs {
     #[command(flatten)]
     dir: DirArgs,
-    /// The component to upload (default: the one `plugin build` made).
+    /// The component to upload (default: the one `plugin build` made; none for an external
+    /// plugin, whose manifest names no `events`).
     #[arg(long)]
     component: Option<PathBuf>,
     #[command(flatten)]
@@ -131,11 +132,14 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
         }
         PluginCommand::Publish(args) => {
             let client = args.host.client()?;
+            // An external (HTTP-only) plugin receives no events as a component: it has none.
+            let external = package::check(&args.dir.dir)?.manifest.events.is_empty();
             let component = match args.component {
-                Some(path) => path,
-                None => package::component_path(&args.dir.dir, None)?,
+                Some(path) => Some(path),
+                None if external => None,
+                None => Some(package::component_path(&args.dir.dir, None)?),
             };
-            let published = publish(&client, &args.dir.dir, Some(&component)).await?;
+            let published = publish(&client, &args.dir.dir, component.as_deref()).await?;
             println!(
                 "published {}@{}",
                 published["name"].as_str().unwrap_or("?"),
