@@ -75,9 +75,7 @@ pub fn load(db: &Db, store: &StoreId, target: &TargetRef, event: &Event) -> Resu
                 if i.component_paused_at.is_some() {
                     TargetState::Paused
                 } else {
-                    match db
-                        .read::<Plugin>(&format!("plugin-version/{}/{}", i.plugin, i.version))?
-                    {
+                    match db.read::<Plugin>(&Plugin::version_key(&i.plugin, &i.version))? {
                         Some(plugin) => {
                             TargetState::Active(Target::Component(Box::new(ComponentTarget {
                                 installation: i,
@@ -183,9 +181,9 @@ pub fn pause(
             installation.component_paused_at = Some(now);
             installation.component_pause_reason = Some(reason.to_owned());
             tx.write(&key, &installation)?;
-            let Some(plugin) = tx.read::<Plugin>(&format!(
-                "plugin-version/{}/{}",
-                installation.plugin, installation.version
+            let Some(plugin) = tx.read::<Plugin>(&Plugin::version_key(
+                &installation.plugin,
+                &installation.version,
             ))?
             else {
                 return Ok(None);

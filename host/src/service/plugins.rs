@@ -105,6 +105,11 @@ impl Plugin {
         format!("plugin/{name}")
     }
 
+    /// Key of one published version of a plugin (installations run the version they installed).
+    pub fn version_key(name: &str, version: &str) -> String {
+        format!("plugin-version/{name}/{version}")
+    }
+
     /// The manifest's scopes, parsed (validated at publish).
     pub fn scopes(&self) -> BTreeSet<Scope> {
         self.manifest
@@ -269,10 +274,7 @@ impl Service {
             };
             tx.write_templates(&plugin.name, &plugin.version, templates)?;
             tx.write(&Plugin::key(&plugin.name), &plugin)?;
-            tx.write(
-                &format!("plugin-version/{}/{}", plugin.name, plugin.version),
-                &plugin,
-            )?;
+            tx.write(&Plugin::version_key(&plugin.name, &plugin.version), &plugin)?;
             Ok(plugin)
         })
     }
@@ -306,13 +308,6 @@ impl Service {
             version_is_newer(manifest, &current)?;
         }
         Ok(())
-    }
-
-    /// A published version of a plugin.
-    pub fn plugin_version(&self, name: &str, version: &str) -> Result<Plugin> {
-        self.db
-            .read(&format!("plugin-version/{name}/{version}"))?
-            .ok_or_else(|| Error::not_found("plugin", format!("{name}@{version}")))
     }
 
     /// The current version of a plugin.

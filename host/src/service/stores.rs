@@ -187,14 +187,6 @@ impl Service {
             .ok_or_else(|| Error::not_found("store", id))
     }
 
-    /// A store by domain.
-    pub fn store_by_domain(&self, domain: &str) -> Result<Option<Store>> {
-        match self.db.read::<StoreId>(&format!("store-domain/{domain}"))? {
-            Some(id) => self.store(&id).map(Some),
-            None => Ok(None),
-        }
-    }
-
     /// Stores, oldest first.
     pub fn list_stores(&self, page: &PageRequest) -> Result<Page<Store>> {
         Listing {

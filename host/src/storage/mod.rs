@@ -135,7 +135,6 @@ impl Db {
         self.inner.transact(&mut |txn| {
             let mut tx = Tx {
                 inner: txn,
-                wrote: false,
                 queued_delivery: false,
             };
             out = Some(f(&mut tx)?);
@@ -165,7 +164,6 @@ impl Db {
 /// A transaction with typed records.
 pub struct Tx<'a> {
     inner: &'a mut dyn Txn,
-    wrote: bool,
     queued_delivery: bool,
 }
 
@@ -180,24 +178,17 @@ impl Tx<'_> {
 
     /// Encodes and writes `value` at `key`.
     pub fn write<T: Serialize>(&mut self, key: &str, value: &T) -> Result<()> {
-        self.wrote = true;
         self.inner.put(key.as_bytes(), serde_json::to_vec(value)?)
     }
 
     /// Removes the record at `key`.
     pub fn remove(&mut self, key: &str) -> Result<()> {
-        self.wrote = true;
         self.inner.delete(key.as_bytes())
     }
 
     /// Wakes the delivery engine once this transaction commits.
     pub fn wake_delivery(&mut self) {
         self.queued_delivery = true;
-    }
-
-    /// Whether this transaction has written anything.
-    pub fn wrote(&self) -> bool {
-        self.wrote
     }
 }
 
