@@ -14,7 +14,12 @@ pub fn repo_root() -> PathBuf {
 
 /// Where the example plugins are built: beside the workspace's target folder, in a folder of
 /// their own so that their build never waits on the host's.
+/// `COMMERCE_HOST_EXAMPLES_TARGET_DIR` overrides it (several checkouts sharing one
+/// `CARGO_TARGET_DIR` would otherwise overwrite each other's components).
 fn target_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("COMMERCE_HOST_EXAMPLES_TARGET_DIR") {
+        return PathBuf::from(dir);
+    }
     match std::env::var_os("CARGO_TARGET_DIR") {
         Some(dir) => PathBuf::from(dir).join("example-plugins"),
         None => repo_root().join("target").join("example-plugins"),
