@@ -26,6 +26,9 @@ pub struct Config {
     pub durable_writes: bool,
     /// How often (real time) housekeeping runs: retention purges compare against `clock`.
     pub maintenance_interval: std::time::Duration,
+    /// How long a shutdown waits for in-flight requests, delivery attempts and messages before it
+    /// gives up on them (a delivery that was not recorded is attempted again after the restart).
+    pub shutdown_grace: Duration,
     /// Networks a webhook URL may resolve into although they are not public (loopback, private,
     /// link-local, …). Empty by default: only public addresses receive webhooks.
     pub webhook_allow_networks: Vec<ipnet::IpNet>,
@@ -57,6 +60,7 @@ impl Config {
             plugin_limits: crate::plugins::LimitPolicy::default(),
             durable_writes: true,
             maintenance_interval: std::time::Duration::from_secs(60),
+            shutdown_grace: Duration::from_secs(30),
             webhook_allow_networks: Vec::new(),
             webhook_timeout: Duration::from_secs(10),
             delivery_concurrency: 64,

@@ -17,7 +17,7 @@ pub mod plugins;
 pub mod service;
 pub mod storage;
 
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 
 use anyhow::Context as _;
 use tokio::net::TcpListener;
@@ -77,14 +77,34 @@ pub async fn run(
         stop_rx.clone(),
     ));
     tracing::info!(addr = %listener.local_addr()?, data = %config.data_dir.display(), "commerce-host listening");
-    let served = axum::serve(listener, app)
+    // Shutdown is bounded: from the signal on, everything in flight gets `shutdown_grace` in all.
+    let (signalled_tx, mut signalled) = tokio::sync::watch::channel(false);
+    let shutdown = async move {
+        shutdown.await;
+        let _ = signalled_tx.send(true);
+    };
+    let server = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
-        .await
-        .context("serving HTTP");
+        .into_future();
+    let served = tokio::select! {
+        served = server => served.context("serving HTTP"),
+        () = async {
+            let _ = signalled.wait_for(|s| *s).await;
+            tokio::time::sleep(config.shutdown_grace).await;
+        } => {
+            tracing::warn!("shutdown: requests still in flight after the grace period were dropped");
+            Ok(())
+        }
+    };
+    let deadline = tokio::time::Instant::now() + config.shutdown_grace;
     let _ = stop_tx.send(true);
-    let _ = maintenance.await;
-    engine.stop().await;
-    let _ = messages.await;
+    engine.stop(deadline).await;
+    for (name, mut task) in [("housekeeping", maintenance), ("message sending", messages)] {
+        if tokio::time::timeout_at(deadline, &mut task).await.is_err() {
+            tracing::warn!("shutdown: {name} still running after the grace period was dropped");
+            task.abort();
+        }
+    }
     served?;
     service.db.flush().map_err(|e| anyhow::anyhow!("{e:#}"))?;
     tracing::info!("commerce-host stopped");

@@ -211,7 +211,9 @@ async fn main() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let elapsed = start.elapsed();
-    engine.stop().await;
+    engine
+        .stop(tokio::time::Instant::now() + std::time::Duration::from_secs(30))
+        .await;
     println!(
         "{:<44} {:>8.0} events/s   ({burst} committed in {:.2} s, all attempted in {:.2} s)",
         "engine: burst throughput",

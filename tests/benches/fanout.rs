@@ -142,7 +142,9 @@ async fn main() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let elapsed = start.elapsed();
-    engine.stop().await;
+    engine
+        .stop(tokio::time::Instant::now() + std::time::Duration::from_secs(30))
+        .await;
     let mut latencies: Vec<Duration> = arrivals
         .first
         .lock()

@@ -2,9 +2,14 @@
 //! that each limit stops it while the host and other plugins carry on:
 //! `loop` (CPU), `alloc` (memory), `stack` (recursion), `log` (log flood), `calls` (host-call
 //! flood), `forbidden` (a write outside its scopes), `peek` (reads the order `order`, which may
-//! belong to another store), `fail` (returns an error), anything else (behaves).
+//! belong to another store), `fail` (returns an error), `sleep` (blocks 20 s inside WASI),
+//! `echo` (updates the customer of a customer event, re-triggering itself), `banner` (posts a
+//! banner), anything else (behaves).
 
-use commerce_guest_sdk::{Error, Event, Plugin, Result, commerce_plugin, customers, log, orders, settings};
+use commerce_guest_sdk::{
+    Error, Event, EventData, Plugin, Result, commerce_plugin, customers, log, notify, orders,
+    settings,
+};
 
 #[derive(Default)]
 struct Hostile;
@@ -15,6 +20,9 @@ struct Settings {
     mode: String,
     #[serde(default)]
     order: String,
+    /// Written into the notes `echo` leaves, so that two echoing plugins write different values.
+    #[serde(default)]
+    tag: String,
 }
 
 #[inline(never)]
@@ -27,7 +35,7 @@ fn recurse(n: u64) -> u64 {
 
 impl Plugin for Hostile {
     fn on_event(&self, event: &Event) -> Result<()> {
-        let Settings { mode, order } = settings()?;
+        let Settings { mode, order, tag } = settings()?;
         match mode.as_str() {
             "loop" => {
                 let mut x: u64 = 0;
@@ -73,6 +81,42 @@ impl Plugin for Hostile {
                 orders::get(&order).map(drop)
             }
             "fail" => Err(Error::new(format!("failing {} on purpose", event.id))),
+            "sleep" => {
+                // Blocks inside WASI (a clock pollable), where fuel and epochs do not reach.
+                std::thread::sleep(std::time::Duration::from_secs(20));
+                Ok(())
+            }
+            "echo" => {
+                // Writes the customer it was told about: each write fires `customer.updated`,
+                // which would re-trigger this plugin (and its twin) without the host's loop
+                // protection.
+                let customer = match &event.data {
+                    EventData::CustomerCreated(c) | EventData::CustomerUpdated(c) => c,
+                    _ => return Ok(()),
+                };
+                let note = format!("{tag} saw {}", event.id);
+                customers::update(
+                    &customer.id,
+                    &customers::CustomerPatch {
+                        email: None,
+                        phone: None,
+                        first_name: None,
+                        last_name: None,
+                        accepts_marketing: None,
+                        tags: None,
+                        note: Some(note),
+                        addresses: None,
+                    },
+                )
+                .map(drop)
+            }
+            "banner" => {
+                // Needs no scope; refused once the plugin is uninstalled.
+                notify::Banner::new(notify::Tone::Warn, "Still here", "after the uninstall")
+                    .ttl_hours(1)
+                    .show()
+                    .map(drop)
+            }
             _ => {
                 log::info(&format!("handled {} ({})", event.id, event.type_));
                 Ok(())

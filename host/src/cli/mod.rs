@@ -92,11 +92,15 @@ pub fn main() -> anyhow::Result<()> {
         .init();
     let cli = Cli::parse();
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    match cli.command {
+    let result = match cli.command {
         Command::Serve(args) => runtime.block_on(serve(args)),
         Command::Plugin(command) => runtime.block_on(plugin::run(command)),
         Command::Demo(args) => runtime.block_on(run_demo(args)),
-    }
+    };
+    // Storage is flushed by now; a component still running past the grace period (each is bounded
+    // by its own deadline anyway) does not hold up the exit.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    result
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {

@@ -10,41 +10,61 @@
 //! attempt, so a host killed during an attempt makes it again after the restart. Receivers
 //! deduplicate with the `X-Service-Event-Id` header.
 
+pub mod fair;
 pub mod network;
 pub mod queue;
 pub mod records;
 pub mod target;
 pub mod webhook;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
-use tokio::sync::{Notify, Semaphore, watch};
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 
-use self::records::{DUE_PREFIX, DueEntry, RETENTION, due_ms_of, millis};
+use self::fair::{Fair, Kind, NotStarted, Slot};
+use self::records::{DUE_PREFIX, DueEntry, RETENTION, TargetRef, due_ms_of, millis};
 use self::target::{Target, TargetState};
 use self::webhook::WebhookSender;
 use crate::error::Result;
 use crate::notify::Mail;
 use crate::service::Service;
+use crate::service::events::{Cause, with_cause};
 use crate::service::plugins::Plugin;
 use crate::service::stores::Installation;
+use crate::service::webhooks::Subscription;
 
-/// At most this many attempts to one target run at once, so a slow or dead receiver takes a
-/// bounded share of the engine's concurrency.
-pub const MAX_IN_FLIGHT_PER_TARGET: usize = 8;
+pub use self::fair::MAX_IN_FLIGHT_PER_TARGET;
+
+/// How many due entries one dispatch round passes over because their pool or share is full,
+/// before it waits for a running attempt to finish (bounds the cost of a round behind a large
+/// backlog of one store).
+const MAX_SKIPPED: usize = 4096;
 
 const BATCH: usize = 256;
+
+/// Targets whose owner the engine remembers; past this the memory starts again (it only saves
+/// two reads per attempt).
+const MAX_OWNERS_CACHED: usize = 100_000;
+
+/// The installation and plugin behind a target.
+#[derive(Debug, Clone)]
+struct Owner {
+    installation: String,
+    plugin: String,
+}
 const PURGE_EVERY: SignedDuration = SignedDuration::from_mins(1);
 
 /// How the engine runs.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
-    /// Attempts in flight at once, across all targets.
+    /// Webhook attempts in flight at once, across all targets.
     pub concurrency: usize,
+    /// Component invocations in flight at once (the runtime's instance pool).
+    pub component_concurrency: usize,
     /// How often to look for retries that came due.
     pub poll_interval: Duration,
     /// How long a webhook receiver has to answer.
@@ -55,6 +75,7 @@ impl From<&crate::Config> for EngineConfig {
     fn from(config: &crate::Config) -> Self {
         Self {
             concurrency: config.delivery_concurrency.max(1),
+            component_concurrency: config.plugin_runtime.max_concurrent_instances.max(1) as usize,
             poll_interval: config.delivery_poll_interval,
             webhook_timeout: config.webhook_timeout,
         }
@@ -68,17 +89,13 @@ pub struct Engine {
     task: tokio::task::JoinHandle<()>,
 }
 
-#[derive(Default)]
-struct InFlight {
-    due_keys: HashSet<String>,
-    per_target: HashMap<String, usize>,
-}
-
 struct Shared {
     service: Service,
     webhooks: WebhookSender,
     plugins: Option<Arc<crate::plugins::Plugins>>,
-    in_flight: Mutex<InFlight>,
+    fair: Arc<Fair>,
+    /// The installation and plugin behind each target seen (they never change).
+    owners: Mutex<HashMap<String, Owner>>,
     wake: Arc<Notify>,
 }
 
@@ -95,32 +112,38 @@ impl Engine {
             plugins,
             wake: service.db.delivery_signal(),
             service,
-            in_flight: Mutex::default(),
+            fair: Fair::new(config.concurrency, config.component_concurrency),
+            owners: Mutex::default(),
         });
         let (stop, stopped) = watch::channel(false);
         let task = tokio::spawn(run(shared, config, stopped));
         Ok(Self { stop, task })
     }
 
-    /// Stops taking work, waits for the attempts in flight (each bounded by the timeout) and
-    /// returns.
-    pub async fn stop(self) {
+    /// Stops taking work, waits until `deadline` for the attempts in flight (each bounded by its
+    /// own timeout), then drops what is left (an attempt not recorded runs again after a restart)
+    /// and returns.
+    pub async fn stop(mut self, deadline: tokio::time::Instant) {
         let _ = self.stop.send(true);
-        if let Err(e) = self.task.await {
-            tracing::error!(error = %e, "the delivery engine panicked");
+        match tokio::time::timeout_at(deadline, &mut self.task).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "the delivery engine panicked"),
+            Err(_) => {
+                tracing::warn!("shutdown: delivery attempts still in flight were dropped");
+                self.task.abort();
+            }
         }
     }
 }
 
 async fn run(shared: Arc<Shared>, config: EngineConfig, mut stopped: watch::Receiver<bool>) {
-    let permits = Arc::new(Semaphore::new(config.concurrency));
     let mut tasks = JoinSet::new();
     let mut next_purge = Timestamp::MIN;
     loop {
         if *stopped.borrow() {
             break;
         }
-        let busy = match shared.tick(&permits, &mut tasks, &mut next_purge) {
+        let busy = match shared.tick(&mut tasks, &mut next_purge) {
             Ok(busy) => busy,
             Err(e) => {
                 tracing::error!(error = %format!("{e:#}"), "delivery engine");
@@ -144,12 +167,7 @@ async fn run(shared: Arc<Shared>, config: EngineConfig, mut stopped: watch::Rece
 impl Shared {
     /// One round: fan out new events, purge expired ones now and then, start due attempts.
     /// Returns whether more outbox work is waiting.
-    fn tick(
-        self: &Arc<Self>,
-        permits: &Arc<Semaphore>,
-        tasks: &mut JoinSet<()>,
-        next_purge: &mut Timestamp,
-    ) -> Result<bool> {
+    fn tick(self: &Arc<Self>, tasks: &mut JoinSet<()>, next_purge: &mut Timestamp) -> Result<bool> {
         let db = &self.service.db;
         let now = self.service.now();
         let fanned = queue::fan_out(db, now, BATCH)?;
@@ -164,33 +182,24 @@ impl Shared {
                 now.checked_add(PURGE_EVERY).unwrap_or(now)
             };
         }
-        self.dispatch(now, permits, tasks)?;
+        self.dispatch(now, tasks)?;
         Ok(fanned == BATCH)
     }
 
-    /// Starts an attempt for every due queue entry, in due order, while permits last.
-    fn dispatch(
-        self: &Arc<Self>,
-        now: Timestamp,
-        permits: &Arc<Semaphore>,
-        tasks: &mut JoinSet<()>,
-    ) -> Result<()> {
+    /// Starts an attempt for every due queue entry, in due order, while its pool has room and
+    /// its shares allow (see [`fair`]).
+    fn dispatch(self: &Arc<Self>, now: Timestamp, tasks: &mut JoinSet<()>) -> Result<()> {
         let now_ms = millis(now);
         let mut after: Option<String> = None;
+        let mut skipped = 0;
         loop {
-            let free = permits.available_permits();
+            let free = self.fair.free();
             if free == 0 {
                 return Ok(()); // A finishing attempt wakes the engine.
             }
             // The head of the queue holds the attempts in flight: read past them, and not much
-            // further than the free permits can take.
-            let in_flight = self
-                .in_flight
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .due_keys
-                .len();
-            let limit = (free + in_flight + 16).min(BATCH);
+            // further than the free places can take.
+            let limit = (free + self.fair.in_flight() + 16).min(BATCH);
             let batch: Vec<(String, DueEntry)> =
                 self.service
                     .db
@@ -201,19 +210,17 @@ impl Shared {
                     return Ok(());
                 }
                 after = Some(key.clone());
-                let target = entry.target.key();
-                let permit = {
-                    let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
-                    let busy = in_flight.per_target.get(&target).copied().unwrap_or(0);
-                    if in_flight.due_keys.contains(&key) || busy >= MAX_IN_FLIGHT_PER_TARGET {
+                let slot = self.slot(&entry)?;
+                let ticket = match self.fair.try_start(&key, slot) {
+                    Ok(ticket) => ticket,
+                    Err(NotStarted::InFlight) => continue,
+                    Err(NotStarted::Busy) => {
+                        skipped += 1;
+                        if skipped >= MAX_SKIPPED {
+                            return Ok(()); // A finishing attempt wakes the engine.
+                        }
                         continue;
                     }
-                    let Ok(permit) = permits.clone().try_acquire_owned() else {
-                        return Ok(()); // A finishing attempt wakes the engine.
-                    };
-                    in_flight.due_keys.insert(key.clone());
-                    in_flight.per_target.insert(target.clone(), busy + 1);
-                    permit
                 };
                 let shared = self.clone();
                 tasks.spawn(async move {
@@ -222,8 +229,7 @@ impl Shared {
                         // Keep it in flight a moment so a persistent error does not spin.
                         tokio::time::sleep(Duration::from_secs(1)).await;
                     }
-                    shared.release(&key, &target);
-                    drop(permit);
+                    drop(ticket);
                     shared.wake.notify_one();
                 });
             }
@@ -233,23 +239,71 @@ impl Shared {
         }
     }
 
-    fn release(&self, key: &str, target: &str) {
-        let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
-        in_flight.due_keys.remove(key);
-        if let Some(n) = in_flight.per_target.get_mut(target) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                in_flight.per_target.remove(target);
+    /// What an attempt at `entry` counts against (see [`fair`]).
+    fn slot(&self, entry: &DueEntry) -> Result<Slot> {
+        let target = entry.target.key();
+        let known = self
+            .owners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&target)
+            .cloned();
+        let owner = match known {
+            Some(owner) => owner,
+            None => {
+                let owner = self.owner(entry)?;
+                let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+                if owners.len() >= MAX_OWNERS_CACHED {
+                    owners.clear();
+                }
+                owners.insert(target.clone(), owner.clone());
+                owner
             }
-        }
+        };
+        Ok(Slot {
+            kind: match entry.target {
+                TargetRef::Webhook(_) => Kind::Webhook,
+                TargetRef::Component(_) => Kind::Component,
+            },
+            target,
+            installation: owner.installation,
+            plugin: owner.plugin,
+            store: entry.store_id.to_string(),
+        })
+    }
+
+    /// Reads who is behind a target. A removed one (its attempt only records that) counts on its
+    /// own.
+    fn owner(&self, entry: &DueEntry) -> Result<Owner> {
+        let db = &self.service.db;
+        let installation = match &entry.target {
+            TargetRef::Component(id) => Some(id.clone()),
+            TargetRef::Webhook(id) => db
+                .read::<Subscription>(&Subscription::key(&entry.store_id, id))?
+                .map(|sub| sub.installation_id),
+        };
+        let installation: Option<Installation> = match installation {
+            Some(id) => db.read(&Installation::key(&entry.store_id, &id))?,
+            None => None,
+        };
+        Ok(match installation {
+            Some(i) => Owner {
+                installation: i.id.to_string(),
+                plugin: i.plugin,
+            },
+            None => Owner {
+                installation: entry.target.key(),
+                plugin: entry.target.key(),
+            },
+        })
     }
 
     async fn attempt(&self, due_key: &str, entry: &DueEntry) -> Result<()> {
         let service = &self.service;
         let db = &service.db;
-        if queue::claim(db, due_key, entry)?.is_none() {
+        let Some(delivery) = queue::claim(db, due_key, entry)? else {
             return Ok(());
-        }
+        };
         let Some(event) = service.stored_event(&entry.store_id, &entry.event_id)? else {
             return queue::fail_unsent(db, due_key, entry, "the event expired");
         };
@@ -269,7 +323,13 @@ impl Shared {
                     .send(&sub.url, &sub.secret, &event, started)
                     .await
             }
-            Target::Component(component) => self.run_component(component, &event, started).await,
+            Target::Component(component) => {
+                let cause = Cause {
+                    installation: component.installation.id.clone(),
+                    depth: delivery.cause_depth.saturating_add(1),
+                };
+                self.run_component(component, &event, cause, started).await
+            }
         };
         let now = service.now();
         let paused =
@@ -286,6 +346,7 @@ impl Shared {
         &self,
         component: &target::ComponentTarget,
         event: &crate::service::events::Event,
+        cause: Cause,
         started: jiff::Timestamp,
     ) -> webhook::Outcome {
         let Some(plugins) = self.plugins.clone() else {
@@ -296,7 +357,9 @@ impl Shared {
         let wall = std::time::Instant::now();
         let ran = tokio::task::spawn_blocking(move || {
             let actor = service.component_actor(&component.installation)?;
-            plugins.invoke(&service, actor, &component.plugin.manifest, &event)
+            with_cause(cause, || {
+                plugins.invoke(&service, actor, &component.plugin.manifest, &event)
+            })
         })
         .await;
         let mut outcome = webhook::Outcome::unsent(started, String::new());

@@ -18,7 +18,7 @@ use super::target::{self, Target};
 use super::webhook::Outcome;
 use crate::error::{Error, Result};
 use crate::ids::{AttemptId, DeliveryId};
-use crate::service::events::{Event, OUTBOX_PREFIX, OutboxEntry, event_key};
+use crate::service::events::{Cause, Event, OUTBOX_PREFIX, OutboxEntry, event_key};
 use crate::storage::{Db, Tx};
 
 fn later(at: Timestamp, by: SignedDuration) -> Result<Timestamp> {
@@ -59,6 +59,11 @@ pub fn fan_out(db: &Db, now: Timestamp, limit: usize) -> Result<usize> {
             };
             let mut targets = Vec::new();
             for target in &candidates {
+                if let TargetRef::Component(installation) = target
+                    && !Cause::reaches_component(entry.cause.as_ref(), installation)
+                {
+                    continue; // Loop protection: see `Cause`.
+                }
                 let Some(active) = target::wants_in_tx(tx, &event.store.id, target, event)? else {
                     continue;
                 };
@@ -76,6 +81,7 @@ pub fn fan_out(db: &Db, now: Timestamp, limit: usize) -> Result<usize> {
                     failure: None,
                     replays: 0,
                     attempt_ids: Vec::new(),
+                    cause_depth: entry.cause.as_ref().map_or(0, |c| c.depth),
                 };
                 if active {
                     enqueue(tx, &mut delivery, now)?;

@@ -100,6 +100,10 @@ pub struct Delivery {
     /// The attempts, oldest first.
     #[serde(default)]
     pub attempt_ids: Vec<AttemptId>,
+    /// How many component invocations deep the event's cause is (0: no component caused it);
+    /// what a component's changes while handling it are marked with, plus one.
+    #[serde(default)]
+    pub cause_depth: u8,
 }
 
 impl Delivery {

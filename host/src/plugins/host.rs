@@ -24,10 +24,11 @@ type Call<T> = wasmtime::Result<Result<T, HostError>>;
 
 impl StoreCalls<'_> {
     /// Every store capability goes through here: the host-call budget (a trap when spent), the
-    /// store's rate limit (shared with its HTTP calls), then the service call.
+    /// installation still installed and the store's rate limit (shared with its HTTP calls), then
+    /// the service call.
     fn call<T>(&mut self, f: impl FnOnce(&StoreCalls<'_>) -> Result<T, Error>) -> Call<T> {
         self.meter.charge_call()?;
-        if let Err((e, _)) = self.service.admit(self.actor) {
+        if let Err((e, _)) = self.service.admit_installed(self.actor) {
             return Ok(Err(c::host_error(e)));
         }
         Ok(f(self).map_err(c::host_error))

@@ -13,7 +13,8 @@ pub struct Limits {
     pub fuel: u64,
     /// Wall-clock bound, enforced through epoch interruption (host calls included).
     pub wall_clock: Duration,
-    /// Bytes of linear memory per memory (the guest's heap, stack and data).
+    /// Bytes of linear memory of the whole instance, all its memories together (the guest's
+    /// heap, stack and data).
     pub memory_bytes: usize,
     /// Host calls (store capabilities, notifications, settings, log) per invocation.
     pub host_calls: u32,
@@ -104,11 +105,15 @@ impl Meter {
     }
 }
 
-/// `StoreLimits` decides; this wrapper turns a refused growth into a typed trap instead
-/// of `memory.grow` returning -1 (a Rust guest would abort with an opaque `unreachable`).
+/// `StoreLimits` decides tables and counts; memory is bounded here for the whole instance, the
+/// sum of every linear memory (a component with four memories gets the same budget as one with
+/// one). A refused growth becomes a typed trap instead of `memory.grow` returning -1 (a Rust
+/// guest would abort with an opaque `unreachable`).
 pub struct Limiter {
     inner: StoreLimits,
     memory_bytes: usize,
+    /// Bytes of linear memory the instance holds now, all memories together.
+    memory_in_use: usize,
 }
 
 impl Limiter {
@@ -123,6 +128,7 @@ impl Limiter {
         Self {
             inner,
             memory_bytes: limits.memory_bytes,
+            memory_in_use: 0,
         }
     }
 }
@@ -134,11 +140,17 @@ impl ResourceLimiter for Limiter {
         desired: usize,
         maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if self.inner.memory_growing(current, desired, maximum)? {
+        // `current` is this memory's share of `memory_in_use` (0 when it is being created).
+        let total = self
+            .memory_in_use
+            .saturating_sub(current)
+            .saturating_add(desired);
+        if total <= self.memory_bytes && self.inner.memory_growing(current, desired, maximum)? {
+            self.memory_in_use = total;
             Ok(true)
         } else {
             Err(wasmtime::Error::new(LimitExceeded::Memory {
-                desired,
+                desired: total,
                 limit: self.memory_bytes,
             }))
         }
@@ -163,5 +175,82 @@ impl ResourceLimiter for Limiter {
 
     fn memories(&self) -> usize {
         self.inner.memories()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasmtime::{Engine, Instance, Module, Store};
+
+    /// A core module with four memories of one page each, and a function that grows memory `n`
+    /// by `pages`, returning the old size or -1.
+    const FOUR_MEMORIES: &str = r#"(module
+        (memory $m0 1) (memory $m1 1) (memory $m2 1) (memory $m3 1)
+        (func (export "grow") (param $n i32) (param $pages i32) (result i32)
+          (block $b3 (block $b2 (block $b1 (block $b0
+            (br_table $b0 $b1 $b2 $b3 (local.get $n)))
+            (return (memory.grow $m0 (local.get $pages))))
+            (return (memory.grow $m1 (local.get $pages))))
+            (return (memory.grow $m2 (local.get $pages))))
+          (memory.grow $m3 (local.get $pages))))"#;
+
+    fn limited(memory_bytes: usize) -> Store<Limiter> {
+        let engine = Engine::default();
+        let limits = Limits {
+            memory_bytes,
+            ..Limits::default()
+        };
+        let mut store = Store::new(&engine, Limiter::new(&limits));
+        store.limiter(|l| l);
+        store
+    }
+
+    #[test]
+    fn the_memory_limit_counts_every_memory_of_the_instance() {
+        const PAGE: usize = 64 << 10;
+        // Four memories of one page each start at 4 pages; the limit is 10 pages in all.
+        let mut store = limited(10 * PAGE);
+        let wasm = wat::parse_str(FOUR_MEMORIES).expect("valid wat");
+        let module = Module::new(store.engine(), wasm).expect("module compiles");
+        let instance = Instance::new(&mut store, &module, &[]).expect("instantiates");
+        let grow = instance
+            .get_typed_func::<(i32, i32), i32>(&mut store, "grow")
+            .expect("grow is exported");
+        // Each memory alone stays far below the limit; together they reach it.
+        assert_eq!(grow.call(&mut store, (0, 2)).expect("fits"), 1);
+        assert_eq!(grow.call(&mut store, (1, 2)).expect("fits"), 1);
+        assert_eq!(grow.call(&mut store, (2, 2)).expect("fits"), 1); // 10 pages now
+        let err = grow
+            .call(&mut store, (3, 1))
+            .expect_err("an 11th page over four memories is refused");
+        let limit = err
+            .downcast_ref::<LimitExceeded>()
+            .expect("a typed limit error");
+        assert_eq!(
+            *limit,
+            LimitExceeded::Memory {
+                desired: 11 * PAGE,
+                limit: 10 * PAGE
+            }
+        );
+    }
+
+    #[test]
+    fn a_single_memory_still_grows_up_to_the_limit() {
+        const PAGE: usize = 64 << 10;
+        let mut store = limited(4 * PAGE);
+        let module = Module::new(
+            store.engine(),
+            wat::parse_str(r#"(module (memory 1) (func (export "grow") (param i32) (result i32) (memory.grow (local.get 0))))"#)
+                .expect("valid wat"),
+        )
+        .expect("module compiles");
+        let instance = Instance::new(&mut store, &module, &[]).expect("instantiates");
+        let grow = instance
+            .get_typed_func::<i32, i32>(&mut store, "grow")
+            .expect("grow is exported");
+        assert_eq!(grow.call(&mut store, 3).expect("fits"), 1);
+        assert!(grow.call(&mut store, 1).is_err());
     }
 }

@@ -8,6 +8,7 @@
 
 pub mod bindings;
 mod convert;
+mod deadline;
 mod host;
 pub mod limits;
 pub mod runtime;

@@ -12,9 +12,9 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 
 use super::bindings::commerce::plugin::events::Event;
 use super::bindings::{Plugin, PluginPre};
-use super::host;
 use super::limits::{LimitExceeded, Limits};
 use super::state::{Invocation, LogLine};
+use super::{deadline, host};
 use crate::service::{Actor, Service};
 
 /// The export every plugin must have.
@@ -155,6 +155,8 @@ impl Runtime {
         // wasi:cli/exit, wasi:io/*, wasi:clocks/*, wasi:filesystem/*, wasi:random/* even when
         // unused; the empty WasiCtx makes them inert (no preopens, env, args, sockets).
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        // ... except that a guest's waits end at its deadline (see `deadline`).
+        deadline::add_to_linker(&mut linker)?;
         host::add_to_linker(&mut linker)?;
 
         let stop = Arc::new(AtomicBool::new(false));

@@ -1,5 +1,7 @@
 //! What a wasmtime `Store` holds for one invocation, and the narrow views host functions get.
 
+use std::time::Instant;
+
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -27,6 +29,9 @@ pub struct Invocation {
     pub(crate) service: Service,
     pub(crate) logs: Vec<LogLine>,
     stderr: MemoryOutputPipe,
+    /// When the invocation must end: epoch interruption enforces it while wasm runs, and
+    /// [`super::deadline`] while the guest waits inside WASI.
+    deadline: Instant,
 }
 
 impl Invocation {
@@ -50,6 +55,7 @@ impl Invocation {
             service,
             logs: Vec::new(),
             stderr,
+            deadline: Instant::now() + limits.wall_clock,
         }
     }
 
@@ -71,6 +77,13 @@ impl Invocation {
             meter: &mut self.meter,
             actor: &self.actor,
             service: &self.service,
+        }
+    }
+
+    pub(crate) fn deadline_poll(&mut self) -> super::deadline::DeadlinePoll<'_> {
+        super::deadline::DeadlinePoll {
+            table: &mut self.table,
+            deadline: self.deadline,
         }
     }
 

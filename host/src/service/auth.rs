@@ -135,6 +135,30 @@ impl Service {
         })
     }
 
+    /// Admits one host call of a component: its installation must still be installed (checked
+    /// afresh on every call, since an invocation can outlive an uninstall, and the one that
+    /// delivers `plugin.uninstalled` runs after it), then the call counts against the store's rate
+    /// limits like an HTTP request. An uninstalled plugin can no longer reach the store, not even
+    /// through the calls that need no scope (banners, feed cards, messages, settings).
+    pub fn admit_installed(&self, actor: &Actor) -> Result<RateStatus, (Error, RateStatus)> {
+        const NONE: RateStatus = RateStatus {
+            remaining: 0,
+            reset_secs: 0,
+        };
+        let installed = self
+            .db
+            .read::<Installation>(&Installation::key(actor.store_id(), &actor.installation))
+            .map_err(|e| (e, NONE))?
+            .is_some_and(|i| i.status == InstallationStatus::Active);
+        if !installed {
+            return Err((
+                Error::Unauthorized("the plugin was uninstalled from this store".into()),
+                NONE,
+            ));
+        }
+        self.admit(actor)
+    }
+
     /// Counts one inbound call of `actor` against its store's rate limits.
     pub fn admit(&self, actor: &Actor) -> Result<RateStatus, (Error, RateStatus)> {
         self.limiter

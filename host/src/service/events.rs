@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 
 use super::scopes::EventType;
 use crate::error::Result;
-use crate::ids::{EventId, StoreId};
+use crate::ids::{EventId, InstallationId, StoreId};
 use crate::storage::Tx;
 
 /// How long events are kept.
@@ -51,6 +51,56 @@ pub struct OutboxEntry {
     pub store_id: StoreId,
     /// The event.
     pub event_id: EventId,
+    /// The component invocation whose host call made the change, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<Cause>,
+}
+
+/// How many component invocations deep a chain of events may go: an event caused by a component
+/// that handled an event caused by a component (and so on) reaches no further component once
+/// `depth` is this. Webhooks still receive it.
+pub const MAX_COMPONENT_CHAIN: u8 = 4;
+
+/// The component invocation behind a change: loop protection for events that components cause.
+///
+/// A component is never delivered an event its own host calls caused (it would re-trigger itself
+/// without end), and chains through several components stop at [`MAX_COMPONENT_CHAIN`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cause {
+    /// The installation whose component made the change.
+    pub installation: InstallationId,
+    /// 1 for a change made while handling an event no component caused; one more for each
+    /// component in the chain before it.
+    pub depth: u8,
+}
+
+impl Cause {
+    /// Whether an event with this cause may be delivered to the component of `installation`.
+    pub fn reaches_component(cause: Option<&Cause>, installation: &InstallationId) -> bool {
+        cause.is_none_or(|c| &c.installation != installation && c.depth < MAX_COMPONENT_CHAIN)
+    }
+}
+
+thread_local! {
+    /// The cause of the changes made on this thread now: set while a component runs, which it does
+    /// on one thread from start to end (host calls are synchronous).
+    static CAUSE: std::cell::RefCell<Option<Cause>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` (a component invocation) with every event it causes marked as caused by `cause`.
+pub fn with_cause<R>(cause: Cause, f: impl FnOnce() -> R) -> R {
+    struct Reset(Option<Cause>);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            CAUSE.with(|c| *c.borrow_mut() = self.0.take());
+        }
+    }
+    let _reset = Reset(CAUSE.with(|c| c.borrow_mut().replace(cause)));
+    f()
+}
+
+fn current_cause() -> Option<Cause> {
+    CAUSE.with(|c| c.borrow().clone())
 }
 
 /// Key of an event record.
@@ -94,6 +144,7 @@ impl Tx<'_> {
             &OutboxEntry {
                 store_id: store.id.clone(),
                 event_id: event.id.clone(),
+                cause: current_cause(),
             },
         )?;
         self.wake_delivery();

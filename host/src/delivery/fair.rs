@@ -1,0 +1,317 @@
+//! Fair shares of the engine's concurrency.
+//!
+//! Webhook attempts (network waits) and component invocations (CPU on blocking threads) draw
+//! from separate pools, so plugins that compute or sleep up to their deadline never hold up
+//! webhooks, and the other way round. Within a pool, one target, one installation, one plugin
+//! (across every store that installed it) and one store each take at most a share, so slow
+//! receivers or slow components of one plugin or one store leave the rest of the engine to the
+//! others. The due queue is read in due order and an entry over its share waits for the next
+//! round.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// At most this many attempts to one target run at once.
+pub const MAX_IN_FLIGHT_PER_TARGET: usize = 8;
+/// One installation (its subscriptions and its component together) takes at most 1/4 of a pool.
+const INSTALLATION_SHARE: usize = 4;
+/// One plugin, over every store that installed it, takes at most 1/4 of a pool.
+const PLUGIN_SHARE: usize = 4;
+/// One store takes at most 1/2 of a pool.
+const STORE_SHARE: usize = 2;
+
+/// Which pool an attempt draws from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A signed POST to a webhook URL.
+    Webhook,
+    /// An invocation of an installed component.
+    Component,
+}
+
+/// What one attempt counts against.
+#[derive(Debug, Clone)]
+pub struct Slot {
+    pub kind: Kind,
+    pub target: String,
+    pub installation: String,
+    pub plugin: String,
+    pub store: String,
+}
+
+/// The most attempts in flight at once per target, installation, plugin and store, in one pool.
+#[derive(Debug)]
+struct Caps {
+    target: usize,
+    installation: usize,
+    plugin: usize,
+    store: usize,
+}
+
+impl Caps {
+    fn of(concurrency: usize) -> Self {
+        Self {
+            target: MAX_IN_FLIGHT_PER_TARGET,
+            installation: (concurrency / INSTALLATION_SHARE).max(1),
+            plugin: (concurrency / PLUGIN_SHARE).max(1),
+            store: (concurrency / STORE_SHARE).max(1),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    target: HashMap<String, usize>,
+    installation: HashMap<String, usize>,
+    plugin: HashMap<String, usize>,
+    store: HashMap<String, usize>,
+}
+
+impl Counts {
+    fn entries<'a>(
+        &'a mut self,
+        slot: &'a Slot,
+    ) -> [(&'a mut HashMap<String, usize>, &'a String); 4] {
+        [
+            (&mut self.target, &slot.target),
+            (&mut self.installation, &slot.installation),
+            (&mut self.plugin, &slot.plugin),
+            (&mut self.store, &slot.store),
+        ]
+    }
+
+    fn fits(&self, slot: &Slot, caps: &Caps) -> bool {
+        let used = |m: &HashMap<String, usize>, k: &str| m.get(k).copied().unwrap_or(0);
+        used(&self.target, &slot.target) < caps.target
+            && used(&self.installation, &slot.installation) < caps.installation
+            && used(&self.plugin, &slot.plugin) < caps.plugin
+            && used(&self.store, &slot.store) < caps.store
+    }
+
+    fn take(&mut self, slot: &Slot) {
+        for (map, key) in self.entries(slot) {
+            *map.entry(key.clone()).or_default() += 1;
+        }
+    }
+
+    fn give_back(&mut self, slot: &Slot) {
+        for (map, key) in self.entries(slot) {
+            if let Some(n) = map.get_mut(key) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    map.remove(key);
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Pool {
+    permits: Arc<Semaphore>,
+    caps: Caps,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    due_keys: HashSet<String>,
+    webhooks: Counts,
+    components: Counts,
+}
+
+/// The engine's concurrency: two pools and the attempts running in them.
+#[derive(Debug)]
+pub struct Fair {
+    webhooks: Pool,
+    components: Pool,
+    state: Mutex<State>,
+}
+
+/// Why an attempt did not start.
+#[derive(Debug, PartialEq, Eq)]
+pub enum NotStarted {
+    /// This queue entry is being attempted already.
+    InFlight,
+    /// Its pool is full, or a share it counts against is used up.
+    Busy,
+}
+
+/// A running attempt's place; dropping it frees the place.
+#[derive(Debug)]
+pub struct Ticket {
+    fair: Arc<Fair>,
+    key: String,
+    slot: Slot,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut state = self.fair.lock();
+        state.due_keys.remove(&self.key);
+        match self.slot.kind {
+            Kind::Webhook => state.webhooks.give_back(&self.slot),
+            Kind::Component => state.components.give_back(&self.slot),
+        }
+    }
+}
+
+impl Fair {
+    /// Pools of `webhooks` and `components` attempts at once.
+    pub fn new(webhooks: usize, components: usize) -> Arc<Self> {
+        let pool = |n: usize| Pool {
+            permits: Arc::new(Semaphore::new(n.max(1))),
+            caps: Caps::of(n.max(1)),
+        };
+        Arc::new(Self {
+            webhooks: pool(webhooks),
+            components: pool(components),
+            state: Mutex::default(),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Free places in both pools together.
+    pub fn free(&self) -> usize {
+        self.webhooks.permits.available_permits() + self.components.permits.available_permits()
+    }
+
+    /// Attempts running now.
+    pub fn in_flight(&self) -> usize {
+        self.lock().due_keys.len()
+    }
+
+    /// Starts the attempt at queue entry `key` if its pool has room and its shares allow.
+    pub fn try_start(self: &Arc<Self>, key: &str, slot: Slot) -> Result<Ticket, NotStarted> {
+        let mut state = self.lock();
+        if state.due_keys.contains(key) {
+            return Err(NotStarted::InFlight);
+        }
+        let (pool, counts) = match slot.kind {
+            Kind::Webhook => (&self.webhooks, &mut state.webhooks),
+            Kind::Component => (&self.components, &mut state.components),
+        };
+        if !counts.fits(&slot, &pool.caps) {
+            return Err(NotStarted::Busy);
+        }
+        let permit = pool
+            .permits
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| NotStarted::Busy)?;
+        counts.take(&slot);
+        state.due_keys.insert(key.to_owned());
+        Ok(Ticket {
+            fair: self.clone(),
+            key: key.to_owned(),
+            slot,
+            _permit: permit,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(kind: Kind, target: &str, installation: &str, plugin: &str, store: &str) -> Slot {
+        Slot {
+            kind,
+            target: target.into(),
+            installation: installation.into(),
+            plugin: plugin.into(),
+            store: store.into(),
+        }
+    }
+
+    #[test]
+    fn one_plugins_slow_targets_leave_most_of_the_pool_to_others() {
+        let fair = Fair::new(64, 64);
+        let mut held = Vec::new();
+        // 20 subscriptions of one installation, each with many due attempts.
+        for sub in 0..20 {
+            for n in 0..8 {
+                let s = slot(
+                    Kind::Webhook,
+                    &format!("wh{sub}"),
+                    "inst_a",
+                    "slow",
+                    "store_a",
+                );
+                if let Ok(t) = fair.try_start(&format!("due{sub}-{n}"), s) {
+                    held.push(t);
+                }
+            }
+        }
+        assert_eq!(held.len(), 16, "an installation takes a quarter of 64");
+        // Another store's delivery starts at once.
+        let other = fair.try_start(
+            "due-b",
+            slot(Kind::Webhook, "wh_b", "inst_b", "p", "store_b"),
+        );
+        assert!(other.is_ok());
+        // And the same entry cannot start twice.
+        assert_eq!(
+            fair.try_start(
+                "due-b",
+                slot(Kind::Webhook, "wh_b", "inst_b", "p", "store_b")
+            )
+            .err(),
+            Some(NotStarted::InFlight)
+        );
+    }
+
+    #[test]
+    fn one_plugin_installed_in_many_stores_takes_a_quarter_and_components_never_block_webhooks() {
+        let fair = Fair::new(64, 64);
+        let mut held = Vec::new();
+        for store in 0..8 {
+            for n in 0..8 {
+                let s = slot(
+                    Kind::Component,
+                    &format!("inst{store}"),
+                    &format!("inst{store}"),
+                    "sleeper",
+                    &format!("store{store}"),
+                );
+                if let Ok(t) = fair.try_start(&format!("due{store}-{n}"), s) {
+                    held.push(t);
+                }
+            }
+        }
+        assert_eq!(
+            held.len(),
+            16,
+            "one plugin takes a quarter of the component pool"
+        );
+        assert_eq!(fair.in_flight(), 16);
+        let webhook = fair.try_start("due-w", slot(Kind::Webhook, "wh", "inst_w", "w", "store0"));
+        assert!(webhook.is_ok(), "webhooks draw from their own pool");
+        drop(held);
+        assert_eq!(fair.in_flight(), 1, "dropping a ticket frees its place");
+        assert_eq!(fair.free(), 127);
+    }
+
+    #[test]
+    fn a_store_takes_at_most_half_of_a_pool() {
+        let fair = Fair::new(16, 16);
+        let started: Vec<Ticket> = (0..16)
+            .filter_map(|n| {
+                let s = slot(
+                    Kind::Webhook,
+                    &format!("wh{n}"),
+                    &format!("i{n}"),
+                    &format!("p{n}"),
+                    "s",
+                );
+                fair.try_start(&format!("due{n}"), s).ok()
+            })
+            .collect();
+        assert_eq!(started.len(), 8);
+    }
+}

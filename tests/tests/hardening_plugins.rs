@@ -1,0 +1,316 @@
+//! Audit findings about components (issue 11): a guest blocked inside WASI is stopped at its
+//! deadline, sleeping components cannot hold up webhooks, a component does not re-trigger itself
+//! through its own writes and chains of components end, and an uninstalled component reaches
+//! nothing. (The memory limit over several memories is a unit test of `plugins::limits`; the fair
+//! shares of the engine are unit tests of `delivery::fair`.)
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use commerce_host_tests::components::component;
+use commerce_host_tests::receiver::Receiver;
+use commerce_host_tests::{ALL_SCOPES, TestHost};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// Publishes the `hostile` example plugin as `name` with `scopes`, receiving `events`.
+async fn publish_hostile(
+    host: &TestHost,
+    name: &str,
+    scopes: &[&str],
+    events: &[&str],
+    limits: Value,
+) {
+    host.admin(
+        Method::POST,
+        "/admin/v1/plugins",
+        Some(json!({
+            "manifest": {
+                "name": name,
+                "version": "1.0.0",
+                "scopes": scopes,
+                "contact_email": "dev@hostile.example",
+                "events": events,
+                "limits": limits,
+            },
+            "component": b64(&component("hostile")),
+        })),
+    )
+    .await
+    .expect(201);
+}
+
+/// Installs `plugin` in `store` and sets its settings (which fires `plugin.configured`).
+async fn install_configured(host: &TestHost, store: &str, plugin: &str, settings: Value) -> String {
+    let (inst, _) = host.install(store, plugin).await;
+    configure(host, store, &inst, settings).await;
+    inst
+}
+
+async fn configure(host: &TestHost, store: &str, inst: &str, settings: Value) {
+    host.admin(
+        Method::PUT,
+        &format!("/admin/v1/stores/{store}/installations/{inst}/settings"),
+        Some(json!({ "settings": settings })),
+    )
+    .await
+    .expect(200);
+}
+
+async fn attempts(host: &TestHost, store: &str, inst: &str) -> Vec<Value> {
+    host.admin(
+        Method::GET,
+        &format!("/admin/v1/stores/{store}/installations/{inst}/attempts?limit=250"),
+        None,
+    )
+    .await
+    .expect(200)
+    .body["data"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+async fn wait_attempts(host: &TestHost, store: &str, inst: &str, n: usize) -> Vec<Value> {
+    host.eventually(&format!("{n} attempts"), || async {
+        let got = attempts(host, store, inst).await;
+        (got.len() >= n).then_some(got)
+    })
+    .await
+}
+
+async fn banner_count(host: &TestHost, store: &str) -> usize {
+    host.admin(
+        Method::GET,
+        &format!("/admin/v1/stores/{store}/banners"),
+        None,
+    )
+    .await
+    .expect(200)
+    .body["data"]
+        .as_array()
+        .map_or(0, Vec::len)
+}
+
+#[tokio::test]
+async fn a_component_blocked_in_a_wasi_sleep_is_stopped_at_its_deadline() {
+    let host = TestHost::start().await;
+    publish_hostile(
+        &host,
+        "sleeper",
+        &["orders.read"],
+        &["plugin.configured"],
+        json!({"timeout_ms": 1000}),
+    )
+    .await;
+    let store = host.create_store("sleepy.example").await;
+    let inst = install_configured(&host, &store, "sleeper", json!({"mode": "sleep"})).await;
+    let attempt = wait_attempts(&host, &store, &inst, 1).await.remove(0);
+    assert_eq!(attempt["succeeded"], false, "{attempt}");
+    let error = attempt["error"].as_str().expect("error");
+    assert!(error.contains("wall-clock"), "{error}");
+    // The guest asked for 20 s; the limit is 1 s.
+    let took = attempt["duration_ms"].as_u64().expect("duration");
+    assert!((1000..5000).contains(&took), "held its slot {took} ms");
+}
+
+#[tokio::test]
+async fn sleeping_components_in_eight_stores_do_not_hold_up_webhooks() {
+    let host = TestHost::start_for_webhooks(|_| {}).await;
+    // The longest deadline there is: without the fixes each of these holds a slot for 20 s.
+    publish_hostile(
+        &host,
+        "sleeper",
+        &["orders.read"],
+        &["plugin.configured"],
+        json!({"timeout_ms": 10000}),
+    )
+    .await;
+    let mut sleepers = Vec::new();
+    for s in 0..8 {
+        let store = host.create_store(&format!("sleepy{s}.example")).await;
+        let inst = install_configured(&host, &store, "sleeper", json!({"mode": "sleep"})).await;
+        for n in 1..8 {
+            configure(&host, &store, &inst, json!({"mode": "sleep", "n": n})).await;
+        }
+        sleepers.push((store, inst));
+    }
+
+    let receiver = Receiver::start().await;
+    let (_, token) = host.store_with_plugin("awake.example", &ALL_SCOPES).await;
+    host.call(
+        &token,
+        Method::POST,
+        "/v1/webhooks",
+        Some(json!({"url": receiver.url("/hook"), "events": ["customer.created"], "secret": "a-secret-of-16-bytes-or-more"})),
+    )
+    .await
+    .expect(201);
+    host.call(
+        &token,
+        Method::POST,
+        "/v1/customers",
+        Some(json!({"email": "awake@example.com"})),
+    )
+    .await
+    .expect(201);
+    receiver.wait_for("/hook", 1, Duration::from_secs(5)).await;
+    // Delivered while every sleeper that started is still asleep.
+    for (store, inst) in &sleepers {
+        assert!(
+            attempts(&host, store, inst).await.is_empty(),
+            "the webhook waited for a sleeping component"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_component_is_not_re_triggered_by_its_own_writes() {
+    let host = TestHost::start().await;
+    let events = ["customer.created", "customer.updated"];
+    publish_hostile(
+        &host,
+        "echo",
+        &["customers.read", "customers.write"],
+        &events,
+        json!({}),
+    )
+    .await;
+    let store = host.create_store("echo.example").await;
+    let inst = install_configured(&host, &store, "echo", json!({"mode": "echo"})).await;
+    host.publish("shop", &ALL_SCOPES).await;
+    let (_, token) = host.install(&store, "shop").await;
+
+    for email in ["one@example.com", "two@example.com"] {
+        host.call(
+            &token,
+            Method::POST,
+            "/v1/customers",
+            Some(json!({ "email": email })),
+        )
+        .await
+        .expect(201);
+    }
+    // One attempt per customer.created; each wrote the customer once.
+    let got = wait_attempts(&host, &store, &inst, 2).await;
+    assert!(got.iter().all(|a| a["succeeded"] == true), "{got:?}");
+    host.eventually("the two updates", || async {
+        (host.events(&store, "customer.updated").await.len() == 2).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let got = attempts(&host, &store, &inst).await;
+    assert_eq!(
+        got.len(),
+        2,
+        "its own customer.updated never came back: {got:?}"
+    );
+    assert!(got.iter().all(|a| a["event_type"] == "customer.created"));
+    assert_eq!(host.events(&store, "customer.updated").await.len(), 2);
+}
+
+#[tokio::test]
+async fn two_components_that_trigger_each_other_stop_after_the_chain_limit() {
+    let host = TestHost::start().await;
+    let events = ["customer.created", "customer.updated"];
+    let scopes = ["customers.read", "customers.write"];
+    publish_hostile(&host, "ping", &scopes, &events, json!({})).await;
+    publish_hostile(&host, "pong", &scopes, &events, json!({})).await;
+    let store = host.create_store("pingpong.example").await;
+    let ping = install_configured(
+        &host,
+        &store,
+        "ping",
+        json!({"mode": "echo", "tag": "ping"}),
+    )
+    .await;
+    let pong = install_configured(
+        &host,
+        &store,
+        "pong",
+        json!({"mode": "echo", "tag": "pong"}),
+    )
+    .await;
+    host.publish("shop", &ALL_SCOPES).await;
+    let (_, token) = host.install(&store, "shop").await;
+    host.call(
+        &token,
+        Method::POST,
+        "/v1/customers",
+        Some(json!({"email": "ball@example.com"})),
+    )
+    .await
+    .expect(201);
+
+    // Both handle customer.created (chain depth 1), then each other's updates at depths 2, 3
+    // and 4; the updates made at depth 4 reach no component.
+    host.eventually("the chain to end", || async {
+        (host.events(&store, "customer.updated").await.len() == 8).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(host.events(&store, "customer.updated").await.len(), 8);
+    for inst in [&ping, &pong] {
+        let got = attempts(&host, &store, inst).await;
+        let handled: Vec<&str> = got
+            .iter()
+            .filter_map(|a| a["event_type"].as_str())
+            .collect();
+        assert_eq!(
+            handled.iter().filter(|t| **t == "customer.created").count(),
+            1,
+            "{handled:?}"
+        );
+        assert_eq!(
+            handled.iter().filter(|t| **t == "customer.updated").count(),
+            3,
+            "{handled:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_uninstalled_component_reaches_nothing_not_even_banners() {
+    let host = TestHost::start().await;
+    publish_hostile(
+        &host,
+        "clingy",
+        &["orders.read"],
+        &["plugin.configured", "plugin.uninstalled"],
+        json!({}),
+    )
+    .await;
+    let store = host.create_store("clingy.example").await;
+    let inst = install_configured(&host, &store, "clingy", json!({"mode": "banner"})).await;
+    // While installed, its banner is shown.
+    let first = wait_attempts(&host, &store, &inst, 1).await;
+    assert_eq!(first[0]["succeeded"], true, "{first:?}");
+    assert_eq!(banner_count(&host, &store).await, 1);
+
+    host.admin(
+        Method::DELETE,
+        &format!("/admin/v1/stores/{store}/installations/{inst}"),
+        None,
+    )
+    .await
+    .expect(204);
+    let got = wait_attempts(&host, &store, &inst, 2).await;
+    let last = got
+        .iter()
+        .find(|a| a["event_type"] == "plugin.uninstalled")
+        .expect("plugin.uninstalled was delivered");
+    assert_eq!(last["succeeded"], false, "{last}");
+    assert!(
+        last["error"].as_str().expect("error").contains("forbidden"),
+        "{last}"
+    );
+    assert_eq!(
+        banner_count(&host, &store).await,
+        1,
+        "no banner after the uninstall"
+    );
+}
