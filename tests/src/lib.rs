@@ -335,6 +335,45 @@ impl TestHost {
     }
 }
 
+/// Starts the `commerce-host` binary at `binary` (`env!("CARGO_BIN_EXE_test-commerce-host")`)
+/// serving `data` on port 0 with the test admin token and `env`, and returns it with its base URL.
+pub async fn spawn_binary(
+    binary: &std::path::Path,
+    data: &std::path::Path,
+    env: &[(&str, &str)],
+) -> (std::process::Child, String) {
+    use std::io::{BufRead, BufReader};
+    let mut child = std::process::Command::new(binary)
+        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(data)
+        .env("COMMERCE_HOST_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env("COMMERCE_HOST_LOG", "warn")
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start commerce-host");
+    let stdout = child.stdout.take().expect("stdout");
+    let base = tokio::task::spawn_blocking(move || {
+        let mut lines = BufReader::new(stdout).lines();
+        let base = loop {
+            let line = lines
+                .next()
+                .expect("the host printed its address")
+                .expect("read");
+            if let Some(base) = line.strip_prefix("commerce-host listening on ") {
+                break base.to_owned();
+            }
+        };
+        // Keep draining, so the child never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        base
+    })
+    .await
+    .expect("reader");
+    (child, base)
+}
+
 /// Every scope.
 pub const ALL_SCOPES: [&str; 6] = [
     "orders.read",

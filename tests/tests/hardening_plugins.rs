@@ -113,7 +113,7 @@ async fn a_component_blocked_in_a_wasi_sleep_is_stopped_at_its_deadline() {
     assert_eq!(attempt["succeeded"], false, "{attempt}");
     let error = attempt["error"].as_str().expect("error");
     assert!(error.contains("wall-clock"), "{error}");
-    // The guest asked for 20 s; the limit is 1 s.
+    // The guest asked for 60 s; the limit is 1 s.
     let took = attempt["duration_ms"].as_u64().expect("duration");
     assert!((1000..5000).contains(&took), "held its slot {took} ms");
 }
@@ -121,7 +121,7 @@ async fn a_component_blocked_in_a_wasi_sleep_is_stopped_at_its_deadline() {
 #[tokio::test]
 async fn sleeping_components_in_eight_stores_do_not_hold_up_webhooks() {
     let host = TestHost::start_for_webhooks(|_| {}).await;
-    // The longest deadline there is: without the fixes each of these holds a slot for 20 s.
+    // The longest deadline there is: without the fixes each of these holds a slot for 60 s.
     publish_hostile(
         &host,
         "sleeper",
@@ -313,4 +313,90 @@ async fn an_uninstalled_component_reaches_nothing_not_even_banners() {
         1,
         "no banner after the uninstall"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_the_host_while_a_component_sleeps() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let (mut child, base) = commerce_host_tests::spawn_binary(
+        std::path::Path::new(env!("CARGO_BIN_EXE_test-commerce-host")),
+        data.path(),
+        &[],
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let admin = |method: Method, path: &str, body: Value| {
+        http.request(method, format!("{base}{path}"))
+            .bearer_auth(commerce_host_tests::ADMIN_TOKEN)
+            .json(&body)
+            .send()
+    };
+    let manifest = json!({
+        "name": "sleeper", "version": "1.0.0", "scopes": ["orders.read"],
+        "contact_email": "dev@hostile.example", "events": ["plugin.configured"],
+        "limits": {"timeout_ms": 2000},
+    });
+    let published = admin(
+        Method::POST,
+        "/admin/v1/plugins",
+        json!({"manifest": manifest, "component": b64(&component("hostile"))}),
+    )
+    .await
+    .expect("publish");
+    assert_eq!(published.status(), 201);
+    let store: Value = admin(
+        Method::POST,
+        "/admin/v1/stores",
+        json!({"domain": "sleepy.example"}),
+    )
+    .await
+    .expect("store")
+    .json()
+    .await
+    .expect("json");
+    let store = store["id"].as_str().expect("id");
+    let inst: Value = admin(
+        Method::POST,
+        &format!("/admin/v1/stores/{store}/installations"),
+        json!({"plugin": "sleeper"}),
+    )
+    .await
+    .expect("install")
+    .json()
+    .await
+    .expect("json");
+    let inst = inst["id"].as_str().expect("id");
+    let configured = admin(
+        Method::PUT,
+        &format!("/admin/v1/stores/{store}/installations/{inst}/settings"),
+        json!({"settings": {"mode": "sleep"}}),
+    )
+    .await
+    .expect("configure");
+    assert_eq!(configured.status(), 200);
+    // Let the invocation start its 60 s sleep, then ask the host to stop.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pid = child.id().to_string();
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(sent.success());
+    let started = std::time::Instant::now();
+    let status = tokio::task::spawn_blocking(move || {
+        loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                return Some(status);
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                let _ = child.kill();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    })
+    .await
+    .expect("waiter");
+    let status = status.expect("the host stopped within 30 s of SIGTERM (the guest sleeps 60 s, its limit is 2 s)");
+    assert!(status.success(), "{status}");
 }

@@ -3,9 +3,8 @@
 //! same data folder, and every event whose change was acknowledged reaches the receiver.
 
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use commerce_host_tests::ADMIN_TOKEN;
@@ -14,38 +13,17 @@ use serde_json::{Value, json};
 
 /// Starts the binary on port 0 and returns it with its base URL.
 async fn spawn_host(data: &Path) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_test-commerce-host"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
-        .arg(data)
-        .env("COMMERCE_HOST_ADMIN_TOKEN", ADMIN_TOKEN)
-        .env("COMMERCE_HOST_WEBHOOK_ALLOW_NETWORKS", "127.0.0.0/8")
-        // Two at a time against a slow receiver: the kill lands while deliveries are queued
-        // and in flight.
-        .env("COMMERCE_HOST_DELIVERY_CONCURRENCY", "2")
-        .env("COMMERCE_HOST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start commerce-host");
-    let stdout = child.stdout.take().expect("stdout");
-    let base = tokio::task::spawn_blocking(move || {
-        let mut lines = BufReader::new(stdout).lines();
-        let base = loop {
-            let line = lines
-                .next()
-                .expect("the host printed its address")
-                .expect("read");
-            if let Some(base) = line.strip_prefix("commerce-host listening on ") {
-                break base.to_owned();
-            }
-        };
-        // Keep draining, so the child never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        base
-    })
+    commerce_host_tests::spawn_binary(
+        Path::new(env!("CARGO_BIN_EXE_test-commerce-host")),
+        data,
+        &[
+            ("COMMERCE_HOST_WEBHOOK_ALLOW_NETWORKS", "127.0.0.0/8"),
+            // Two at a time against a slow receiver: the kill lands while deliveries are queued
+            // and in flight.
+            ("COMMERCE_HOST_DELIVERY_CONCURRENCY", "2"),
+        ],
+    )
     .await
-    .expect("reader");
-    (child, base)
 }
 
 async fn admin(http: &reqwest::Client, base: &str, path: &str, body: Value) -> Value {

@@ -2,7 +2,7 @@
 //! that each limit stops it while the host and other plugins carry on:
 //! `loop` (CPU), `alloc` (memory), `stack` (recursion), `log` (log flood), `calls` (host-call
 //! flood), `forbidden` (a write outside its scopes), `peek` (reads the order `order`, which may
-//! belong to another store), `fail` (returns an error), `sleep` (blocks 20 s inside WASI),
+//! belong to another store), `fail` (returns an error), `sleep` (blocks 60 s inside WASI),
 //! `echo` (updates the customer of a customer event, re-triggering itself), `banner` (posts a
 //! banner), anything else (behaves).
 
@@ -83,7 +83,7 @@ impl Plugin for Hostile {
             "fail" => Err(Error::new(format!("failing {} on purpose", event.id))),
             "sleep" => {
                 // Blocks inside WASI (a clock pollable), where fuel and epochs do not reach.
-                std::thread::sleep(std::time::Duration::from_secs(20));
+                std::thread::sleep(std::time::Duration::from_secs(60));
                 Ok(())
             }
             "echo" => {
