@@ -1,14 +1,15 @@
-//! Audit findings about components (issue 11): a guest blocked inside WASI is stopped at its
-//! deadline, sleeping components cannot hold up webhooks, a component does not re-trigger itself
-//! through its own writes and chains of components end, and an uninstalled component reaches
-//! nothing. (The memory limit over several memories is a unit test of `plugins::limits`; the fair
-//! shares of the engine are unit tests of `delivery::fair`.)
+//! Audit findings about components and the delivery engine (issue 11): a guest blocked inside
+//! WASI is stopped at its deadline and SIGTERM still ends the host, sleeping components cannot hold
+//! up webhooks, slow receivers of one plugin leave the engine to other stores, a component does not
+//! re-trigger itself through its own writes and chains of components end, and an uninstalled
+//! component reaches nothing. (The memory limit over several memories is a unit test of
+//! `plugins::limits`; the shares of the engine are unit tests of `delivery::fair`.)
 
 use std::time::Duration;
 
 use base64::Engine as _;
 use commerce_host_tests::components::component;
-use commerce_host_tests::receiver::Receiver;
+use commerce_host_tests::receiver::{Behavior, Receiver};
 use commerce_host_tests::{ALL_SCOPES, TestHost};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -397,6 +398,65 @@ async fn sigterm_ends_the_host_while_a_component_sleeps() {
     })
     .await
     .expect("waiter");
-    let status = status.expect("the host stopped within 30 s of SIGTERM (the guest sleeps 60 s, its limit is 2 s)");
+    let status = status.expect(
+        "the host stopped within 30 s of SIGTERM (the guest sleeps 60 s, its limit is 2 s)",
+    );
     assert!(status.success(), "{status}");
+}
+
+#[tokio::test]
+async fn slow_receivers_of_one_plugin_leave_the_engine_to_another_store() {
+    let host = TestHost::start_for_webhooks(|_| {}).await;
+    let receiver = Receiver::start().await;
+    receiver.set("/slow", Behavior::Hang(Duration::from_secs(8)));
+
+    // One plugin with 20 subscriptions to a receiver that takes 8 s to answer: 8 attempts per
+    // subscription would be 160, more than the engine's 64.
+    let (_, slow) = host.store_with_plugin("slow.example", &ALL_SCOPES).await;
+    for n in 0..20 {
+        host.call(
+            &slow,
+            Method::POST,
+            "/v1/webhooks",
+            Some(json!({"url": receiver.url(&format!("/slow?{n}")), "events": ["customer.created"], "secret": "a-secret-of-16-bytes-or-more"})),
+        )
+        .await
+        .expect(201);
+    }
+    for n in 0..10 {
+        host.call(
+            &slow,
+            Method::POST,
+            "/v1/customers",
+            Some(json!({"email": format!("c{n}@example.com")})),
+        )
+        .await
+        .expect(201);
+    }
+    receiver.wait_for("/slow", 16, Duration::from_secs(5)).await;
+
+    let (_, fast) = host.store_with_plugin("fast.example", &ALL_SCOPES).await;
+    host.call(
+        &fast,
+        Method::POST,
+        "/v1/webhooks",
+        Some(json!({"url": receiver.url("/fast"), "events": ["customer.created"], "secret": "a-secret-of-16-bytes-or-more"})),
+    )
+    .await
+    .expect(201);
+    host.call(
+        &fast,
+        Method::POST,
+        "/v1/customers",
+        Some(json!({"email": "fast@example.com"})),
+    )
+    .await
+    .expect(201);
+    // Delivered while the slow plugin's attempts are still hanging (they take 8 s).
+    receiver.wait_for("/fast", 1, Duration::from_secs(4)).await;
+    let slow_in_flight = receiver.requests("/slow").len();
+    assert!(
+        slow_in_flight <= 16,
+        "one installation took {slow_in_flight} of the engine's places"
+    );
 }
