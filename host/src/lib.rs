@@ -77,8 +77,7 @@ pub async fn run(
         stop_rx.clone(),
     ));
     tracing::info!(addr = %listener.local_addr()?, data = %config.data_dir.display(), "commerce-host listening");
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
+    let served = http::serve::serve(listener, app, shutdown)
         .await
         .context("serving HTTP");
     let _ = stop_tx.send(true);
