@@ -72,27 +72,65 @@ impl Config {
     }
 
     /// The admin token: the configured one, or the one in `<data>/admin-token`, created (mode
-    /// 0600) on first start.
+    /// 0600) on first start. The file is written whole or not at all (a temporary file, synced,
+    /// then moved into place), and a file that is empty or malformed (an earlier write that did
+    /// not finish, an edit gone wrong) is replaced by a fresh token, with a warning in the log.
     pub fn resolve_admin_token(&self) -> anyhow::Result<String> {
         if let Some(token) = &self.admin_token {
             anyhow::ensure!(
-                token.len() >= 16,
-                "the admin token must be at least 16 characters"
+                valid_admin_token(token),
+                "the admin token must be at least {MIN_ADMIN_TOKEN_LEN} visible ASCII characters"
             );
             return Ok(token.clone());
         }
         let path = admin_token_path(&self.data_dir);
-        if let Ok(token) = std::fs::read_to_string(&path) {
-            return Ok(token.trim().to_owned());
-        }
+        let replace = match std::fs::read(&path) {
+            Ok(contents) => match std::str::from_utf8(&contents).map(str::trim) {
+                Ok(token) if valid_admin_token(token) => return Ok(token.to_owned()),
+                _ => {
+                    tracing::warn!(
+                        path = %path.display(),
+                        "the admin token file is empty or malformed; writing a new admin token"
+                    );
+                    true
+                }
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        };
         std::fs::create_dir_all(&self.data_dir)
             .with_context(|| format!("creating {}", self.data_dir.display()))?;
         let mut bytes = [0u8; 32];
         rand::thread_rng().fill_bytes(&mut bytes);
         let token = format!("cha_{}", hex::encode(bytes));
-        write_private(&path, &token).with_context(|| format!("writing {}", path.display()))?;
-        Ok(token)
+        match write_private_file(&path, &token, replace) {
+            Ok(()) => {
+                tracing::info!(path = %path.display(), "generated a new admin token");
+                Ok(token)
+            }
+            // Another process created it meanwhile: its token is the one.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let token = std::fs::read_to_string(&path)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                let token = token.trim();
+                anyhow::ensure!(
+                    valid_admin_token(token),
+                    "{} was written meanwhile with a malformed token",
+                    path.display()
+                );
+                Ok(token.to_owned())
+            }
+            Err(e) => Err(e).with_context(|| format!("writing {}", path.display())),
+        }
     }
+}
+
+/// The shortest admin token accepted.
+pub const MIN_ADMIN_TOKEN_LEN: usize = 16;
+
+/// An admin token is at least 16 visible ASCII characters.
+fn valid_admin_token(token: &str) -> bool {
+    token.len() >= MIN_ADMIN_TOKEN_LEN && token.bytes().all(|b| b.is_ascii_graphic())
 }
 
 /// Parses a comma-separated list of networks (`127.0.0.0/8, 10.1.2.3, ::1/128`); a bare address
@@ -114,19 +152,155 @@ pub fn admin_token_path(data_dir: &Path) -> PathBuf {
     data_dir.join("admin-token")
 }
 
-#[cfg(unix)]
+/// Writes `contents` to `path` readable only by its owner, replacing what is there.
 pub(crate) fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
+    write_private_file(path, contents, true)
+}
+
+/// Writes `contents` to `path` whole or not at all: into a temporary file in the same folder
+/// (mode 0600 on Unix), synced to disk, then moved into place and the folder synced. Without
+/// `replace`, an existing `path` is kept and the error is `AlreadyExists`.
+pub(crate) fn write_private_file(
+    path: &Path,
+    contents: &str,
+    replace: bool,
+) -> std::io::Result<()> {
     use std::io::Write as _;
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut suffix = [0u8; 8];
+    rand::thread_rng().fill_bytes(&mut suffix);
+    let temp = dir.join(format!(".{name}.{}.tmp", hex::encode(suffix)));
+    let written = (|| {
+        let mut file = create_private(&temp)?;
+        file.write_all(contents.as_bytes())?;
+        file.sync_all()?;
+        drop(file);
+        if replace {
+            std::fs::rename(&temp, path)
+        } else {
+            // A hard link never replaces an existing file.
+            std::fs::hard_link(&temp, path)?;
+            std::fs::remove_file(&temp)
+        }
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    written?;
+    sync_dir(dir);
+    Ok(())
+}
+
+#[cfg(unix)]
+fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt as _;
-    let mut file = std::fs::OpenOptions::new()
+    std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
-        .open(path)?;
-    file.write_all(contents.as_bytes())
+        .open(path)
 }
 
 #[cfg(not(unix))]
-pub(crate) fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
-    std::fs::write(path, contents)
+fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+}
+
+/// Makes a rename in `dir` durable (best effort: not every platform can open a folder).
+fn sync_dir(dir: &Path) {
+    if let Ok(dir) = std::fs::File::open(dir) {
+        let _ = dir.sync_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(dir: &Path) -> Config {
+        Config::new(dir)
+    }
+
+    fn assert_fresh_token(dir: &Path, token: &str) {
+        assert!(token.starts_with("cha_") && token.len() == 68, "{token}");
+        let path = admin_token_path(dir);
+        assert_eq!(std::fs::read_to_string(&path).expect("file"), token);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = std::fs::metadata(&path).expect("meta").permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        let names: Vec<_> = std::fs::read_dir(dir)
+            .expect("dir")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(
+            names,
+            vec![std::ffi::OsString::from("admin-token")],
+            "no temporary files left"
+        );
+    }
+
+    #[test]
+    fn a_first_start_writes_a_private_token_that_later_starts_read() {
+        let dir = tempfile::tempdir().expect("dir");
+        let token = config(dir.path()).resolve_admin_token().expect("token");
+        assert_fresh_token(dir.path(), &token);
+        assert_eq!(
+            config(dir.path()).resolve_admin_token().expect("again"),
+            token
+        );
+    }
+
+    #[test]
+    fn an_empty_or_malformed_token_file_is_replaced_with_a_fresh_token() {
+        let cases: [&[u8]; 6] = [
+            b"",
+            b"\n",
+            b"   \n",
+            b"short",
+            b"has a space inside it",
+            b"\xff\xfe not utf-8 at all",
+        ];
+        for contents in cases {
+            let dir = tempfile::tempdir().expect("dir");
+            // What a crash between creating the file and writing it leaves behind.
+            std::fs::write(admin_token_path(dir.path()), contents).expect("write");
+            let token = config(dir.path()).resolve_admin_token().expect("token");
+            assert_fresh_token(dir.path(), &token);
+        }
+    }
+
+    #[test]
+    fn a_well_formed_token_file_is_kept_as_written() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = admin_token_path(dir.path());
+        std::fs::write(&path, "operator-chosen-token-123\n").expect("write");
+        let token = config(dir.path()).resolve_admin_token().expect("token");
+        assert_eq!(token, "operator-chosen-token-123");
+    }
+
+    #[test]
+    fn without_replace_an_existing_file_is_kept() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("f");
+        std::fs::write(&path, "first").expect("write");
+        let err = write_private_file(&path, "second", false).expect_err("exists");
+        assert_eq!(err.kind(), std::io::ErrorKind::AlreadyExists);
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), "first");
+        write_private_file(&path, "third", true).expect("replace");
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), "third");
+        assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 1);
+    }
 }

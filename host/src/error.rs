@@ -87,6 +87,24 @@ pub enum Error {
         /// Seconds until a request would be admitted.
         retry_after: u64,
     },
+    /// Too many requests from the client's address failed authentication.
+    #[error(
+        "too many requests from this address failed authentication; retry after {retry_after} s"
+    )]
+    AuthRateLimited {
+        /// Seconds until a request would be looked at again.
+        retry_after: u64,
+    },
+    /// The request's header fields are larger than the host accepts.
+    #[error(
+        "the request headers are too large: at most {max_bytes} bytes in at most {max_fields} fields"
+    )]
+    HeadersTooLarge {
+        /// The limit on the total size of names and values, in bytes.
+        max_bytes: usize,
+        /// The limit on the number of fields.
+        max_fields: usize,
+    },
     /// The merchant's quota for a channel is used up; the message was not queued.
     #[error("the store's daily {channel} quota of {limit} is used up; the message was not queued")]
     QuotaExceeded {
@@ -153,7 +171,10 @@ impl Error {
             Self::Conflict { .. } => StatusCode::CONFLICT,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Self::RateLimited { .. } | Self::QuotaExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::RateLimited { .. }
+            | Self::AuthRateLimited { .. }
+            | Self::QuotaExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -171,7 +192,8 @@ impl Error {
             Self::MethodNotAllowed(_) => "method_not_allowed",
             Self::PayloadTooLarge { .. } => "payload_too_large",
             Self::UnsupportedMediaType => "unsupported_media_type",
-            Self::RateLimited { .. } => "rate_limited",
+            Self::RateLimited { .. } | Self::AuthRateLimited { .. } => "rate_limited",
+            Self::HeadersTooLarge { .. } => "headers_too_large",
             Self::QuotaExceeded { .. } => "quota_exceeded",
             Self::Internal(_) => "internal_error",
         }
@@ -191,9 +213,9 @@ impl Error {
     /// Seconds to wait before retrying, for 429s.
     pub fn retry_after(&self) -> Option<u64> {
         match self {
-            Self::RateLimited { retry_after } | Self::QuotaExceeded { retry_after, .. } => {
-                Some(*retry_after)
-            }
+            Self::RateLimited { retry_after }
+            | Self::AuthRateLimited { retry_after }
+            | Self::QuotaExceeded { retry_after, .. } => Some(*retry_after),
             _ => None,
         }
     }

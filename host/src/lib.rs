@@ -17,7 +17,7 @@ pub mod plugins;
 pub mod service;
 pub mod storage;
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 
 use anyhow::Context as _;
 use tokio::net::TcpListener;
@@ -83,11 +83,8 @@ pub async fn run(
         shutdown.await;
         let _ = signalled_tx.send(true);
     };
-    let server = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .into_future();
     let served = tokio::select! {
-        served = server => served.context("serving HTTP"),
+        served = http::serve::serve(listener, app, shutdown) => served.context("serving HTTP"),
         () = async {
             let _ = signalled.wait_for(|s| *s).await;
             tokio::time::sleep(config.shutdown_grace).await;

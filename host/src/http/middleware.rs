@@ -1,6 +1,8 @@
 //! Request-wide layers: the request id and the error body, `/v1` authentication with the rate
 //! limit, and operator authentication.
 
+use std::net::IpAddr;
+
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
@@ -141,11 +143,33 @@ fn set_rate_headers(response: &mut Response, status: RateStatus) {
     headers.insert(RATE_RESET, HeaderValue::from(status.reset_secs));
 }
 
+/// The address of the client, when the request came over a socket.
+fn client_ip(req: &Request) -> Option<IpAddr> {
+    super::serve::client_addr(req).map(|addr| addr.ip())
+}
+
+/// Authenticates with `check`, unless the client's address is refused for failing too often;
+/// a failure counts against the address.
+fn authenticate<T>(
+    app: &AppState,
+    req: &Request,
+    check: impl FnOnce(&str) -> Result<T, Error>,
+) -> Result<T, Error> {
+    let client = client_ip(req);
+    app.service.admit_unauthenticated(client)?;
+    bearer(req.headers()).and_then(check).inspect_err(|e| {
+        if matches!(e, Error::Unauthorized(_)) {
+            app.service.authentication_failed(client);
+        }
+    })
+}
+
 /// `/v1` authentication: the project token becomes the request's [`crate::service::Actor`], the
 /// optional `X-Service-Store` header is checked, and the call is counted against the store's rate
-/// limit. Every response that reaches a store carries the `X-RateLimit-*` headers.
+/// limit. Every response that reaches a store carries the `X-RateLimit-*` headers. Failed
+/// authentication is limited per client address.
 pub async fn v1_auth(State(app): State<AppState>, mut req: Request, next: Next) -> Response {
-    let actor = match bearer(req.headers()).and_then(|t| app.service.authenticate(t)) {
+    let actor = match authenticate(&app, &req, |t| app.service.authenticate(t)) {
         Ok(actor) => actor,
         Err(e) => return e.into_response(),
     };
@@ -191,9 +215,10 @@ fn check_store_header(headers: &HeaderMap, store: &StoreId) -> Result<(), Error>
     }
 }
 
-/// Operator authentication for `/admin/v1`.
+/// Operator authentication for `/admin/v1`; failed authentication is limited per client
+/// address, as on `/v1`.
 pub async fn admin_auth(State(app): State<AppState>, req: Request, next: Next) -> Response {
-    match bearer(req.headers()).and_then(|t| app.service.check_admin(t)) {
+    match authenticate(&app, &req, |t| app.service.check_admin(t)) {
         Ok(()) => next.run(req).await,
         Err(e) => e.into_response(),
     }

@@ -10,6 +10,7 @@ pub mod notifications;
 pub mod openapi;
 pub mod orders;
 pub mod products;
+pub mod serve;
 pub mod v1;
 pub mod webhooks;
 
@@ -18,7 +19,8 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::get;
 
 use crate::error::Error;
-use crate::service::Service;
+use crate::service::{Scope, Service};
+use idempotency::idempotent;
 
 /// The largest request body accepted, in bytes (plugin uploads included).
 pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
@@ -34,18 +36,29 @@ pub struct AppState {
 
 /// The whole route table.
 pub fn router(state: AppState) -> Router {
+    // Every `/v1` group is wrapped in the idempotency layer with the scope its `POST`s need, and
+    // then all of them in authentication: layers run outside-in, so a request is authenticated,
+    // rate-limited and matched to its store before a key is looked up.
     let v1 = Router::new()
-        .merge(v1::router())
-        .merge(orders::router())
-        .merge(products::router())
-        .merge(customers::router())
-        .merge(notifications::router())
-        // Layers run outside-in: authenticate and rate-limit first, then idempotency.
-        .route_layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            idempotency::idempotency,
+        .merge(idempotent(v1::router(), &state, None))
+        .merge(idempotent(
+            orders::router(),
+            &state,
+            Some(Scope::OrdersWrite),
         ))
-        .merge(webhooks::router())
+        .merge(idempotent(
+            products::router(),
+            &state,
+            Some(Scope::ProductsWrite),
+        ))
+        .merge(idempotent(
+            customers::router(),
+            &state,
+            Some(Scope::CustomersWrite),
+        ))
+        // Sending needs no scope; subscribing checks the scope of each event itself.
+        .merge(idempotent(notifications::router(), &state, None))
+        .merge(idempotent(webhooks::router(), &state, None))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             middleware::v1_auth,
@@ -63,6 +76,7 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .fallback(|uri: axum::http::Uri| async move { Error::NoRoute(uri.path().to_owned()) })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn(serve::header_limits))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             middleware::request_context,

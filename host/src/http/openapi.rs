@@ -15,7 +15,11 @@ Every error is `{\"error\": {\"code\", \"message\", \"field\", \"request_id\"}}`
 (`limit` 1..250, default 50). `/v1` calls carry `Authorization: Bearer <project token>`; `X-Service-Store` is optional \
 and, when sent, must name the token's store (400 if malformed, 403 `store_mismatch` otherwise). Every authenticated \
 `/v1` response carries `X-RateLimit-Remaining` (requests the store can still make right now) and `X-RateLimit-Reset` \
-(seconds until the current minute window ends); a 429 carries `Retry-After` in seconds.\n\n\
+(seconds until the current minute window ends); a 429 carries `Retry-After` in seconds. Requests that fail \
+authentication (no token, a malformed, unknown or revoked one) are limited per client address: 20 at once, refilling \
+10 per second; past that, every request of the address that needs a token is 429 `rate_limited` until it refills. \
+Request headers are limited to 32 KiB in at most 100 fields (431 `headers_too_large`). Every `/v1` POST accepts \
+`Idempotency-Key`; keys belong to the calling installation and are checked after authentication and scope.\n\n\
 Webhooks: every delivery is a POST of the event envelope (`Event`) with `Content-Type: application/json`, \
 `X-Service-Timestamp` (Unix seconds), `X-Service-Signature` (lowercase hex HMAC-SHA256 keyed with the subscription's \
 secret over `<timestamp>.<raw body>`), `X-Service-Event-Id` (the same on every attempt and replay: deduplicate on it) \

@@ -182,7 +182,9 @@ impl Service {
 /// Runs the worker until `stop` turns true: sends what is due, then waits for a wake-up (a
 /// message was queued) or `poll` of real time (a retry may have come due on the clock).
 pub async fn run(service: Service, poll: Duration, mut stop: tokio::sync::watch::Receiver<bool>) {
+    // Straight to the merchant's providers: an `HTTP(S)_PROXY` in the environment is not used.
     let http = match reqwest::Client::builder()
+        .no_proxy()
         .timeout(SEND_TIMEOUT)
         .redirect(reqwest::redirect::Policy::none())
         .build()

@@ -1,6 +1,7 @@
 //! Project tokens, the actor they authenticate, scope checks and the operator's admin token.
 
 use std::collections::BTreeSet;
+use std::net::IpAddr;
 
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
@@ -163,6 +164,24 @@ impl Service {
     pub fn admit(&self, actor: &Actor) -> Result<RateStatus, (Error, RateStatus)> {
         self.limiter
             .admit(actor.store_id(), actor.limits, self.clock.now())
+    }
+
+    /// Refuses a request that needs authentication while its client address has no failed
+    /// authentications left (429 `rate_limited`); its token is then not looked at. Without a
+    /// known address (a request that did not come over a socket) nothing is limited.
+    pub fn admit_unauthenticated(&self, client: Option<IpAddr>) -> Result<()> {
+        match client {
+            Some(ip) => self.auth_limiter.check(ip, self.clock.now()),
+            None => Ok(()),
+        }
+    }
+
+    /// Counts a request of `client` that failed authentication (no token, a malformed, unknown
+    /// or revoked one).
+    pub fn authentication_failed(&self, client: Option<IpAddr>) {
+        if let Some(ip) = client {
+            self.auth_limiter.failed(ip, self.clock.now());
+        }
     }
 
     /// Checks the operator's admin token, in constant time.

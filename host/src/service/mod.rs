@@ -51,6 +51,11 @@ pub struct Inner {
     pub clock: SharedClock,
     /// Per-store request rate limiter.
     pub limiter: ratelimit::RateLimiter,
+    /// Per-address limiter of failed authentication.
+    pub auth_limiter: ratelimit::AuthFailureLimiter,
+    /// Random id of this boot of the host: an idempotency claim of an earlier boot was cut
+    /// short by the restart.
+    pub boot_id: String,
     /// Signs pagination cursors.
     pub cursors: pagination::Cursors,
     /// Which addresses webhooks may go to.
@@ -126,6 +131,12 @@ impl Service {
                 db,
                 clock,
                 limiter: ratelimit::RateLimiter::default(),
+                auth_limiter: ratelimit::AuthFailureLimiter::default(),
+                boot_id: {
+                    let mut bytes = [0u8; 16];
+                    rand::thread_rng().fill_bytes(&mut bytes);
+                    hex::encode(bytes)
+                },
                 cursors: pagination::Cursors::new(key),
                 admin_token_hash: auth::hash_token(admin_token),
                 outbound: Arc::default(),

@@ -10,8 +10,12 @@
 //! the injected clock.
 //!
 //! The state is in memory: after a restart every store starts with a full allowance.
+//!
+//! [`AuthFailureLimiter`] limits, per client address, the requests that fail authentication,
+//! with the same token bucket.
 
 use std::collections::HashMap;
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Mutex;
 
 use jiff::Timestamp;
@@ -94,11 +98,60 @@ pub struct RateStatus {
 const MINUTE_MS: i64 = 60_000;
 const SECOND_MS: i64 = 1_000;
 
+/// A token bucket in integer arithmetic: one token is 1000 units, and the bucket refills
+/// `per_second` units per millisecond, so the schedule is exact under the injected clock.
+#[derive(Debug, Clone, Copy)]
+struct TokenBucket {
+    /// Level in tokens × 1000.
+    level: i64,
+    /// When the level was last brought up to date, in ms.
+    at_ms: i64,
+}
+
+impl TokenBucket {
+    fn full(capacity: u32, now_ms: i64) -> Self {
+        Self {
+            level: i64::from(capacity) * SECOND_MS,
+            at_ms: now_ms,
+        }
+    }
+
+    /// Refills for the time passed (never backwards, never over capacity).
+    fn refill(&mut self, capacity: u32, per_second: u32, now_ms: i64) {
+        let elapsed = (now_ms - self.at_ms).max(0);
+        self.level =
+            (self.level + elapsed * i64::from(per_second)).min(i64::from(capacity) * SECOND_MS);
+        self.at_ms = self.at_ms.max(now_ms);
+    }
+
+    fn has_token(&self) -> bool {
+        self.level >= SECOND_MS
+    }
+
+    /// Takes one token (the level never goes below zero).
+    fn take(&mut self) {
+        self.level = (self.level - SECOND_MS).max(0);
+    }
+
+    /// Whole tokens left.
+    fn tokens(&self) -> i64 {
+        self.level / SECOND_MS
+    }
+
+    fn is_full(&self, capacity: u32) -> bool {
+        self.level >= i64::from(capacity) * SECOND_MS
+    }
+
+    /// Seconds until one token has refilled (at least 1).
+    fn retry_after_secs(&self, per_second: u32) -> u64 {
+        let secs = ceil_div(SECOND_MS - self.level, i64::from(per_second) * SECOND_MS).max(1);
+        u64::try_from(secs).unwrap_or(1)
+    }
+}
+
 #[derive(Debug)]
 struct StoreState {
-    /// Bucket level in tokens × 1000 (one token is 1000 units; refill is `per_second` units per ms).
-    bucket: i64,
-    bucket_at_ms: i64,
+    bucket: TokenBucket,
     window_start_ms: i64,
     window_used: u32,
 }
@@ -120,30 +173,28 @@ impl RateLimiter {
     ) -> Result<RateStatus, (Error, RateStatus)> {
         let now_ms = now.as_millisecond();
         let window_start = now_ms.div_euclid(MINUTE_MS) * MINUTE_MS;
-        let capacity = i64::from(limits.burst) * SECOND_MS;
         let mut stores = self.stores.lock().unwrap_or_else(|e| e.into_inner());
         let state = stores.entry(store.clone()).or_insert(StoreState {
-            bucket: capacity,
-            bucket_at_ms: now_ms,
+            bucket: TokenBucket::full(limits.burst, now_ms),
             window_start_ms: window_start,
             window_used: 0,
         });
-        // Refill the bucket for the time passed (never backwards, never over capacity).
-        let elapsed = (now_ms - state.bucket_at_ms).max(0);
-        state.bucket =
-            (state.bucket + elapsed * i64::from(limits.requests_per_second)).min(capacity);
-        state.bucket_at_ms = state.bucket_at_ms.max(now_ms);
+        state
+            .bucket
+            .refill(limits.burst, limits.requests_per_second, now_ms);
         if window_start > state.window_start_ms {
             state.window_start_ms = window_start;
             state.window_used = 0;
         }
         let reset_secs = ceil_div(state.window_start_ms + MINUTE_MS - now_ms, SECOND_MS).max(1);
-        let bucket_ok = state.bucket >= SECOND_MS;
+        let bucket_ok = state.bucket.has_token();
         let window_ok = state.window_used < limits.requests_per_minute;
         if bucket_ok && window_ok {
-            state.bucket -= SECOND_MS;
+            state.bucket.take();
             state.window_used += 1;
-            let remaining = (state.bucket / SECOND_MS)
+            let remaining = state
+                .bucket
+                .tokens()
                 .min(i64::from(limits.requests_per_minute - state.window_used));
             return Ok(RateStatus {
                 remaining: u64::try_from(remaining).unwrap_or(0),
@@ -152,24 +203,105 @@ impl RateLimiter {
         }
         let retry_after = if window_ok {
             // Wait for one token to refill.
-            ceil_div(
-                SECOND_MS - state.bucket,
-                i64::from(limits.requests_per_second) * SECOND_MS,
-            )
-            .max(1)
+            state.bucket.retry_after_secs(limits.requests_per_second)
         } else {
-            reset_secs
+            u64::try_from(reset_secs).unwrap_or(1)
         };
         let status = RateStatus {
             remaining: 0,
             reset_secs: u64::try_from(reset_secs).unwrap_or(1),
         };
-        Err((
-            Error::RateLimited {
-                retry_after: u64::try_from(retry_after).unwrap_or(1),
-            },
-            status,
-        ))
+        Err((Error::RateLimited { retry_after }, status))
+    }
+}
+
+/// Failed authentications an address may make at once.
+pub const AUTH_FAILURE_BURST: u32 = 20;
+/// Failed authentications an address may make per second, sustained.
+pub const AUTH_FAILURE_PER_SECOND: u32 = 10;
+/// Below this many tracked addresses the limiter does not prune.
+const AUTH_PRUNE_MIN: usize = 4096;
+
+#[derive(Debug, Default)]
+struct AuthState {
+    buckets: HashMap<IpAddr, TokenBucket>,
+    prune_at: usize,
+}
+
+/// Failed authentication per client address: requests to `/v1` or `/admin/v1` without a token,
+/// with a malformed one, or with one that is unknown or revoked. Each address has a bucket of
+/// [`AUTH_FAILURE_BURST`] failures refilling at [`AUTH_FAILURE_PER_SECOND`]; while it is empty,
+/// every request of that address that needs authentication is refused with 429 `rate_limited`
+/// before its token is looked at (so guessing is slowed down, whatever the guess). Requests that
+/// authenticate do not count. IPv6 addresses count per /64 (what one client usually holds).
+///
+/// In memory, like the store limiter; addresses whose bucket has refilled are forgotten.
+#[derive(Debug, Default)]
+pub struct AuthFailureLimiter {
+    state: Mutex<AuthState>,
+}
+
+/// The address a client is counted under: IPv4 as is (also when written as IPv6), IPv6 by /64.
+fn client_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let mut segments = v6.segments();
+                segments[4..].fill(0);
+                IpAddr::V6(Ipv6Addr::from(segments))
+            }
+        },
+        v4 => v4,
+    }
+}
+
+impl AuthFailureLimiter {
+    /// Refuses with `Retry-After` while `ip` has no failures left.
+    pub fn check(&self, ip: IpAddr, now: Timestamp) -> Result<()> {
+        let now_ms = now.as_millisecond();
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(bucket) = state.buckets.get_mut(&client_key(ip)) else {
+            return Ok(());
+        };
+        bucket.refill(AUTH_FAILURE_BURST, AUTH_FAILURE_PER_SECOND, now_ms);
+        if bucket.has_token() {
+            Ok(())
+        } else {
+            Err(Error::AuthRateLimited {
+                retry_after: bucket.retry_after_secs(AUTH_FAILURE_PER_SECOND),
+            })
+        }
+    }
+
+    /// Counts one failed authentication of `ip`.
+    pub fn failed(&self, ip: IpAddr, now: Timestamp) {
+        let now_ms = now.as_millisecond();
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let bucket = state
+            .buckets
+            .entry(client_key(ip))
+            .or_insert_with(|| TokenBucket::full(AUTH_FAILURE_BURST, now_ms));
+        bucket.refill(AUTH_FAILURE_BURST, AUTH_FAILURE_PER_SECOND, now_ms);
+        bucket.take();
+        if state.buckets.len() > state.prune_at.max(AUTH_PRUNE_MIN) {
+            // Forget addresses that are back to a full allowance; prune again when the map has
+            // doubled, so pruning costs O(1) per failure on average.
+            state.buckets.retain(|_, bucket| {
+                bucket.refill(AUTH_FAILURE_BURST, AUTH_FAILURE_PER_SECOND, now_ms);
+                !bucket.is_full(AUTH_FAILURE_BURST)
+            });
+            state.prune_at = state.buckets.len() * 2;
+        }
+    }
+
+    /// How many addresses are tracked.
+    pub fn tracked(&self) -> usize {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .buckets
+            .len()
     }
 }
 
@@ -199,5 +331,58 @@ mod tests {
         // 60 per second = one token every 16.67 ms: after 16 ms still empty, after 17 ms one.
         assert!(limiter.admit(&store, limits, at(16)).is_err());
         assert!(limiter.admit(&store, limits, at(17)).is_ok());
+    }
+
+    #[test]
+    fn failed_authentication_is_limited_per_address_with_an_exact_refill() {
+        let limiter = AuthFailureLimiter::default();
+        let ip: IpAddr = "203.0.113.7".parse().expect("ip");
+        let other: IpAddr = "203.0.113.8".parse().expect("ip");
+        for _ in 0..AUTH_FAILURE_BURST {
+            limiter.check(ip, at(0)).expect("allowance left");
+            limiter.failed(ip, at(0));
+        }
+        let err = limiter.check(ip, at(0)).expect_err("exhausted");
+        assert_eq!(err.code(), "rate_limited");
+        assert_eq!(err.retry_after(), Some(1));
+        // Written as IPv6, the same address; another address is not affected.
+        assert!(
+            limiter
+                .check("::ffff:203.0.113.7".parse().expect("ip"), at(0))
+                .is_err()
+        );
+        assert!(limiter.check(other, at(0)).is_ok());
+        // 10 per second: one failure back after 100 ms, not before.
+        assert!(limiter.check(ip, at(99)).is_err());
+        assert!(limiter.check(ip, at(100)).is_ok());
+    }
+
+    #[test]
+    fn ipv6_clients_count_per_64_and_refilled_addresses_are_forgotten() {
+        let limiter = AuthFailureLimiter::default();
+        for _ in 0..AUTH_FAILURE_BURST {
+            limiter.failed("2001:db8:1:2::1".parse().expect("ip"), at(0));
+        }
+        assert!(
+            limiter
+                .check("2001:db8:1:2:ffff::9".parse().expect("ip"), at(0))
+                .is_err()
+        );
+        assert!(
+            limiter
+                .check("2001:db8:1:3::1".parse().expect("ip"), at(0))
+                .is_ok()
+        );
+        let min = u32::try_from(AUTH_PRUNE_MIN).expect("small");
+        let v4 = |n: u32| IpAddr::from(std::net::Ipv4Addr::from(n));
+        for i in 0..min {
+            limiter.failed(v4(0x0a00_0000 + i), at(0));
+        }
+        // Three seconds later those buckets are full again: growing past the pruning mark
+        // forgets them, and only the addresses still short of failures stay.
+        for i in 0..2 * min {
+            limiter.failed(v4(0x0b00_0000 + i), at(3_000));
+        }
+        assert_eq!(limiter.tracked(), 2 * AUTH_PRUNE_MIN);
     }
 }
