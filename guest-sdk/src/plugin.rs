@@ -28,6 +28,10 @@ pub trait Plugin: Default {
         self.on_event(event)
     }
     /// `order.fulfilled`: every line item has shipped.
+    ///
+    /// `order` is a summary: ids, buyer, statuses and totals, with `fulfillments` holding only
+    /// the fulfilment that completed the order; its line items, tags, note and custom fields are
+    /// empty. Read the whole order with `orders::get` when you need them.
     fn on_order_fulfilled(&self, event: &Event, order: &Order) -> Result<()> {
         self.on_event(event)
     }
@@ -36,6 +40,9 @@ pub trait Plugin: Default {
         self.on_event(event)
     }
     /// `order.refunded`: a partial or full refund was issued.
+    ///
+    /// `refund.order` is a summary as in [`Plugin::on_order_fulfilled`], with `refunds` holding
+    /// only this refund; read the whole order with `orders::get` when you need it.
     fn on_order_refunded(&self, event: &Event, refund: &OrderRefund) -> Result<()> {
         self.on_event(event)
     }

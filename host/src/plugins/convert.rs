@@ -11,7 +11,7 @@ use crate::error::Error;
 use crate::service::customers::{Address, AddressInput, CreateCustomer, Customer, UpdateCustomer};
 use crate::service::orders::{
     CreateFulfillment, CreateOrder, CreateRefund, FinancialStatus, Fulfillment, FulfillmentStatus,
-    LineItem, LineQuantity, NewLineItem, Order, OrderStatus, Refund, UpdateOrder,
+    LineItem, LineQuantity, NewLineItem, Order, OrderStatus, OrderSummary, Refund, UpdateOrder,
 };
 use crate::service::pagination::{PageInfo, PageParams};
 use crate::service::products::{
@@ -221,6 +221,40 @@ pub fn order(o: Order) -> wt::Order {
         cancelled_at: opt_ts(o.cancelled_at),
         cancel_reason: o.cancel_reason,
     }
+}
+
+/// The order of `order.fulfilled` / `order.refunded`, from its summary: the WIT record is the
+/// full `order`, so the lists the summary leaves out hold only what the event is about (the
+/// fulfilment or refund); line items, tags, note and custom fields are empty.
+fn summary_order(
+    s: OrderSummary,
+    fulfillments: Vec<Fulfillment>,
+    refunds: Vec<Refund>,
+) -> wt::Order {
+    order(Order {
+        id: s.id,
+        status: s.status,
+        financial_status: s.financial_status,
+        fulfillment_status: s.fulfillment_status,
+        currency: s.currency,
+        customer_id: s.customer_id,
+        email: s.email,
+        line_items: Vec::new(),
+        subtotal: s.subtotal,
+        total: s.total,
+        total_paid: s.total_paid,
+        total_refunded: s.total_refunded,
+        tags: Vec::new(),
+        note: None,
+        custom_fields: Default::default(),
+        fulfillments,
+        refunds,
+        created_at: s.created_at,
+        updated_at: s.updated_at,
+        paid_at: s.paid_at,
+        cancelled_at: s.cancelled_at,
+        cancel_reason: None,
+    })
 }
 
 /// A new order from WIT.
@@ -505,13 +539,26 @@ pub fn event(e: &crate::service::events::Event) -> anyhow::Result<we::Event> {
             .ok_or_else(|| anyhow::anyhow!("event {} has no `{name}`", e.id))
     };
     let typed = match e.kind {
-        T::OrderCreated | T::OrderFulfilled | T::OrderCancelled => {
+        T::OrderCreated | T::OrderCancelled => {
             let o = order(serde_json::from_value(field("order")?)?);
             match e.kind {
                 T::OrderCreated => we::EventData::OrderCreated(o),
-                T::OrderFulfilled => we::EventData::OrderFulfilled(o),
                 _ => we::EventData::OrderCancelled(o),
             }
+        }
+        T::OrderFulfilled => {
+            // Events stored before the summary have no `fulfillment`: an empty list then.
+            let fulfillments = data
+                .get("fulfillment")
+                .map(|f| serde_json::from_value(f.clone()))
+                .transpose()?
+                .into_iter()
+                .collect();
+            we::EventData::OrderFulfilled(summary_order(
+                serde_json::from_value(field("order")?)?,
+                fulfillments,
+                Vec::new(),
+            ))
         }
         T::OrderPaid => {
             #[derive(serde::Deserialize)]
@@ -527,10 +574,17 @@ pub fn event(e: &crate::service::events::Event) -> anyhow::Result<we::Event> {
                 currency: p.currency,
             })
         }
-        T::OrderRefunded => we::EventData::OrderRefunded(we::OrderRefund {
-            order: order(serde_json::from_value(field("order")?)?),
-            refund: refund(serde_json::from_value(field("refund")?)?),
-        }),
+        T::OrderRefunded => {
+            let issued: Refund = serde_json::from_value(field("refund")?)?;
+            we::EventData::OrderRefunded(we::OrderRefund {
+                order: summary_order(
+                    serde_json::from_value(field("order")?)?,
+                    Vec::new(),
+                    vec![issued.clone()],
+                ),
+                refund: refund(issued),
+            })
+        }
         T::CustomerCreated => {
             we::EventData::CustomerCreated(customer(serde_json::from_value(field("customer")?)?))
         }

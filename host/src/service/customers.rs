@@ -4,6 +4,10 @@
 //! change of the profile fires `customer.updated` (a request that changes nothing fires nothing).
 //! `DELETE` is a hard delete: the record is gone and `customer.deleted` carries only its id.
 //! Orders keep their own copy of the buyer's email.
+//!
+//! A customer's personal data (email, phone, names, note, addresses) is shown only to an actor
+//! holding `customers.read`: a `customers.write` token gets back a redacted record (those fields
+//! null or empty) from its own writes, so that `PATCH {}` is not a way to read a profile.
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -63,7 +67,8 @@ pub struct AddressInput {
     pub default: bool,
 }
 
-/// A customer of the store.
+/// A customer of the store. To a token without `customers.read` (a `customers.write` token's own
+/// writes), `email`, `phone`, `first_name`, `last_name` and `note` are null and `addresses` empty.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Customer {
     /// Customer id (`cus_…`).
@@ -98,6 +103,23 @@ impl Customer {
     /// Key of a customer record.
     pub fn key(store: &StoreId, id: &CustomerId) -> String {
         format!("customer/{store}/{id}")
+    }
+
+    /// The customer as `actor` may see it: without `customers.read`, only the id, consent, tags
+    /// and times; the personal fields are null and the addresses empty.
+    pub fn for_actor(self, actor: &Actor) -> Customer {
+        if actor.scopes.contains(&Scope::CustomersRead) {
+            return self;
+        }
+        Customer {
+            email: None,
+            phone: None,
+            first_name: None,
+            last_name: None,
+            note: None,
+            addresses: Vec::new(),
+            ..self
+        }
     }
 
     fn email_key(store: &StoreId, email: &str) -> String {
@@ -271,19 +293,21 @@ impl Service {
             updated_at: now,
         };
         let store = actor.store_id();
-        self.db.tx(|tx| {
-            if let Some(email) = &customer.email {
-                claim_email(tx, store, email, &customer.id)?;
-            }
-            tx.write(&Customer::key(store, &customer.id), &customer)?;
-            tx.emit(
-                &actor.store,
-                EventType::CustomerCreated,
-                json!({ "customer": &customer }),
-                now,
-            )?;
-            Ok(customer.clone())
-        })
+        self.db
+            .tx(|tx| {
+                if let Some(email) = &customer.email {
+                    claim_email(tx, store, email, &customer.id)?;
+                }
+                tx.write(&Customer::key(store, &customer.id), &customer)?;
+                tx.emit(
+                    &actor.store,
+                    EventType::CustomerCreated,
+                    json!({ "customer": &customer }),
+                    now,
+                )?;
+                Ok(customer.clone())
+            })
+            .map(|c| c.for_actor(actor))
     }
 
     /// A customer of the actor's store, with addresses.
@@ -395,7 +419,7 @@ impl Service {
                 }
             }
             if customer == before {
-                return Ok(customer);
+                return Ok(customer.for_actor(actor));
             }
             customer.updated_at = now;
             tx.write(&key, &customer)?;
@@ -405,7 +429,7 @@ impl Service {
                 json!({ "customer": &customer }),
                 now,
             )?;
-            Ok(customer)
+            Ok(customer.for_actor(actor))
         })
     }
 

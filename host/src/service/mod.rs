@@ -10,6 +10,7 @@ pub mod customers;
 pub mod events;
 pub mod idempotency;
 pub mod maintenance;
+pub mod money;
 pub mod orders;
 pub mod pagination;
 pub mod plugins;

@@ -10,6 +10,12 @@
 //! A live (`open`) order takes its variants' stock when it is placed (or when a draft is
 //! completed); cancelling gives back what was not shipped. Refunds never exceed what was paid, and
 //! shipments never exceed what was ordered. Illegal transitions are 409 with a code.
+//!
+//! Every sum of money or units goes through [`Money`] and [`Quantity`] (checked, bounded); a
+//! request names each line item at most once; an order keeps at most [`MAX_REFUNDS`] refunds and
+//! [`MAX_FULFILLMENTS`] fulfilments, and `order.refunded` / `order.fulfilled` carry an
+//! [`OrderSummary`], not the whole order, so neither the record nor its events grow without bound.
+//! The buyer's email is customer data: it is shown only to an actor holding `customers.read`.
 
 use std::collections::BTreeMap;
 
@@ -22,6 +28,7 @@ use super::Service;
 use super::auth::Actor;
 use super::customers::Customer;
 use super::events::StoreRef;
+use super::money::{MAX_FULFILLMENTS, MAX_REFUNDS, Money, Quantity};
 use super::pagination::{Listing, Page, PageRequest};
 use super::products::StockChange;
 use super::scopes::{EventType, Scope};
@@ -101,7 +108,7 @@ pub struct LineItem {
 pub struct LineQuantity {
     /// The line item.
     pub line_item_id: LineItemId,
-    /// Units (at least 1).
+    /// Units, 1 to 10 000 (and never more than the line has left to ship or refund).
     pub quantity: i64,
 }
 
@@ -154,7 +161,8 @@ pub struct Order {
     pub currency: String,
     /// The buyer, when known.
     pub customer_id: Option<CustomerId>,
-    /// The buyer's email (copied from the customer when not given).
+    /// The buyer's email (copied from the customer when not given). Customer data: null for a
+    /// token without `customers.read`.
     pub email: Option<String>,
     /// What was bought.
     pub line_items: Vec<LineItem>,
@@ -206,15 +214,25 @@ impl Order {
         self.line_items.iter().position(|l| &l.id == id)
     }
 
+    /// The order as `actor` may see it: the buyer's email is customer data, shown only with
+    /// `customers.read` (an `orders.write` token must not read a customer's email by attaching
+    /// the customer to a draft).
+    pub fn for_actor(mut self, actor: &Actor) -> Order {
+        if !actor.scopes.contains(&Scope::CustomersRead) {
+            self.email = None;
+        }
+        self
+    }
+
     fn refresh_statuses(&mut self) {
-        let shipped: i64 = self.line_items.iter().map(|l| l.fulfilled_quantity).sum();
         let all = self
             .line_items
             .iter()
             .all(|l| l.fulfilled_quantity >= l.quantity);
+        let some = self.line_items.iter().any(|l| l.fulfilled_quantity > 0);
         self.fulfillment_status = if all {
             FulfillmentStatus::Fulfilled
-        } else if shipped > 0 {
+        } else if some {
             FulfillmentStatus::PartiallyFulfilled
         } else {
             FulfillmentStatus::Unfulfilled
@@ -231,6 +249,74 @@ impl Order {
     }
 }
 
+/// What `order.fulfilled` and `order.refunded` carry of the order: its identity, buyer, statuses
+/// and totals after the change, without line items, fulfilments or refunds (each event would
+/// otherwise copy every earlier refund). The change itself is beside it (`refund`,
+/// `fulfillment`); `GET /v1/orders/{id}` has the rest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct OrderSummary {
+    /// Order id (`ord_…`).
+    pub id: OrderId,
+    /// Draft, open or cancelled.
+    pub status: OrderStatus,
+    /// Payment state.
+    pub financial_status: FinancialStatus,
+    /// Shipping state.
+    pub fulfillment_status: FulfillmentStatus,
+    /// ISO 4217 code of every amount of the order.
+    pub currency: String,
+    /// The buyer, when known.
+    pub customer_id: Option<CustomerId>,
+    /// The buyer's email.
+    pub email: Option<String>,
+    /// Sum of line totals, minor units.
+    pub subtotal: i64,
+    /// What the buyer pays, minor units.
+    pub total: i64,
+    /// Paid so far.
+    pub total_paid: i64,
+    /// Refunded so far.
+    pub total_refunded: i64,
+    /// When it was created.
+    #[serde(with = "crate::clock::api_ts")]
+    #[schema(value_type = String)]
+    pub created_at: Timestamp,
+    /// When it last changed.
+    #[serde(with = "crate::clock::api_ts")]
+    #[schema(value_type = String)]
+    pub updated_at: Timestamp,
+    /// When payment was confirmed.
+    #[serde(default, with = "crate::clock::api_ts::option")]
+    #[schema(value_type = Option<String>)]
+    pub paid_at: Option<Timestamp>,
+    /// When it was cancelled.
+    #[serde(default, with = "crate::clock::api_ts::option")]
+    #[schema(value_type = Option<String>)]
+    pub cancelled_at: Option<Timestamp>,
+}
+
+impl From<&Order> for OrderSummary {
+    fn from(o: &Order) -> Self {
+        Self {
+            id: o.id.clone(),
+            status: o.status,
+            financial_status: o.financial_status,
+            fulfillment_status: o.fulfillment_status,
+            currency: o.currency.clone(),
+            customer_id: o.customer_id.clone(),
+            email: o.email.clone(),
+            subtotal: o.subtotal,
+            total: o.total,
+            total_paid: o.total_paid,
+            total_refunded: o.total_refunded,
+            created_at: o.created_at,
+            updated_at: o.updated_at,
+            paid_at: o.paid_at,
+            cancelled_at: o.cancelled_at,
+        }
+    }
+}
+
 /// A line in `POST /v1/orders`: a catalogue variant, or a custom item with a title and price.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -241,7 +327,7 @@ pub struct NewLineItem {
     /// Title of a custom item (required without `variant_id`).
     #[serde(default)]
     pub title: Option<String>,
-    /// Unit price of a custom item, positive minor units (required without `variant_id`).
+    /// Unit price of a custom item, 1 to 10¹² minor units (required without `variant_id`).
     #[serde(default)]
     pub unit_price: Option<i64>,
     /// Units, 1 to 10 000.
@@ -384,28 +470,75 @@ fn order_data(order: &Order) -> serde_json::Value {
     json!({ "order": order })
 }
 
-/// Checks a list of line quantities against an order; returns (index into order lines, qty).
-fn resolve_lines(order: &Order, lines: &[LineQuantity], field: &str) -> Result<Vec<(usize, i64)>> {
-    let mut out: Vec<(usize, i64)> = Vec::new();
+/// Checks the line quantities of a fulfilment or refund before the order is read: at most 250
+/// entries (an order has no more lines), each line item named once, each quantity within
+/// `1..=MAX_LINE_QUANTITY`. Naming a line twice is refused rather than merged: a merge is a sum of
+/// untrusted numbers, and it is what let `i64::MAX` twice wrap to a small number.
+fn validate_line_quantities(field: &str, lines: &[LineQuantity]) -> Result<()> {
+    if lines.len() > 250 {
+        return Err(Error::invalid(
+            field,
+            "at most 250 entries, one per line item of the order",
+        ));
+    }
+    let mut seen = BTreeMap::new();
     for (i, line) in lines.iter().enumerate() {
-        let idx = order.line_index(&line.line_item_id).ok_or_else(|| {
-            Error::invalid(
-                format!("{field}[{i}].line_item_id"),
-                format!("order has no line item `{}`", line.line_item_id),
-            )
-        })?;
-        if line.quantity < 1 {
+        if let Some(first) = seen.insert(&line.line_item_id, i) {
             return Err(Error::invalid(
-                format!("{field}[{i}].quantity"),
-                "must be at least 1",
+                format!("{field}[{i}].line_item_id"),
+                format!(
+                    "line item `{}` is already in {field}[{first}]; name each line item once",
+                    line.line_item_id
+                ),
             ));
         }
-        match out.iter_mut().find(|(j, _)| *j == idx) {
-            Some((_, q)) => *q += line.quantity,
-            None => out.push((idx, line.quantity)),
-        }
     }
-    Ok(out)
+    for (i, line) in lines.iter().enumerate() {
+        Quantity::line(&format!("{field}[{i}].quantity"), line.quantity)?;
+    }
+    Ok(())
+}
+
+/// Resolves checked line quantities against an order: (index into its lines, units).
+fn resolve_lines(
+    order: &Order,
+    lines: &[LineQuantity],
+    field: &str,
+) -> Result<Vec<(usize, Quantity)>> {
+    lines
+        .iter()
+        .enumerate()
+        .map(|(i, line)| {
+            let idx = order.line_index(&line.line_item_id).ok_or_else(|| {
+                Error::invalid(
+                    format!("{field}[{i}].line_item_id"),
+                    format!("order has no line item `{}`", line.line_item_id),
+                )
+            })?;
+            Ok((
+                idx,
+                Quantity::line(&format!("{field}[{i}].quantity"), line.quantity)?,
+            ))
+        })
+        .collect()
+}
+
+/// What is left of `line` after `done` units (shipped or refunded). Only an order damaged
+/// before quantities were checked can have done more than it has (409 `quantity_out_of_range`).
+fn units_left(line: &LineItem, done: i64, what: &str) -> Result<Quantity> {
+    let ordered = Quantity::stored("line_items.quantity", line.quantity)?;
+    let done = Quantity::stored(what, done)?;
+    ordered.checked_sub(done).ok_or_else(|| {
+        Error::conflict(
+            "quantity_out_of_range",
+            format!(
+                "line item `{}` has {what} {} above its quantity {}",
+                line.id,
+                done.units(),
+                line.quantity
+            ),
+        )
+    })
 }
 
 impl Service {
@@ -427,9 +560,7 @@ impl Service {
         }
         for (i, line) in input.line_items.iter().enumerate() {
             let f = |name: &str| format!("line_items[{i}].{name}");
-            if !(1..=10_000).contains(&line.quantity) {
-                return Err(Error::invalid(f("quantity"), "must be from 1 to 10000"));
-            }
+            Quantity::line(&f("quantity"), line.quantity)?;
             if line.variant_id.is_none() {
                 let title = line.title.as_deref().ok_or_else(|| {
                     Error::invalid(
@@ -513,12 +644,29 @@ impl Service {
                         line.unit_price.unwrap_or_default(),
                     ),
                 };
-                let total = unit_price.checked_mul(line.quantity).ok_or_else(|| {
+                let units = Quantity::line(&format!("line_items[{i}].quantity"), line.quantity)?;
+                // A variant priced before prices were bounded may be above the maximum.
+                let price = Money::new(unit_price).ok_or_else(|| {
                     Error::invalid(
-                        format!("line_items[{i}].quantity"),
-                        "the line total is too large",
+                        format!("line_items[{i}].variant_id"),
+                        format!(
+                            "the variant's price ({unit_price}) is above {} minor units; change it first",
+                            super::money::MAX_AMOUNT
+                        ),
                     )
                 })?;
+                let total = price
+                    .checked_mul(units)
+                    .ok_or_else(|| {
+                        Error::invalid(
+                            format!("line_items[{i}].quantity"),
+                            format!(
+                                "the line total ({unit_price} × {}) would exceed {} minor units",
+                                line.quantity,
+                                super::money::MAX_AMOUNT
+                            ),
+                        )
+                    })?;
                 lines.push(LineItem {
                     id: LineItemId::generate(now),
                     variant_id,
@@ -527,15 +675,22 @@ impl Service {
                     sku,
                     quantity: line.quantity,
                     unit_price,
-                    total,
+                    total: total.minor(),
                     fulfilled_quantity: 0,
                     refunded_quantity: 0,
                 });
             }
-            let subtotal = lines
-                .iter()
-                .try_fold(0i64, |acc, l| acc.checked_add(l.total))
-                .ok_or_else(|| Error::invalid("line_items", "the order total is too large"))?;
+            let subtotal = Money::sum(lines.iter().filter_map(|l| Money::new(l.total)))
+                .ok_or_else(|| {
+                    Error::invalid(
+                        "line_items",
+                        format!(
+                            "the order total would exceed {} minor units",
+                            super::money::MAX_AMOUNT
+                        ),
+                    )
+                })?
+                .minor();
             let order = Order {
                 id: OrderId::generate(now),
                 status,
@@ -570,7 +725,7 @@ impl Service {
                 order_data(&order),
                 now,
             )?;
-            Ok(order)
+            Ok(order.clone().for_actor(actor))
         })
     }
 
@@ -619,7 +774,8 @@ impl Service {
     pub fn order(&self, actor: &Actor, id: &OrderId) -> Result<Order> {
         actor.require(Scope::OrdersRead)?;
         self.db
-            .read(&Order::key(actor.store_id(), id))?
+            .read::<Order>(&Order::key(actor.store_id(), id))?
+            .map(|o| o.for_actor(actor))
             .ok_or_else(|| Error::not_found("order", id))
     }
 
@@ -658,9 +814,11 @@ impl Service {
                 && min.is_none_or(|m| o.created_at >= m)
                 && max.is_none_or(|m| o.created_at < m)
         })
+        .map(|page| page.map(|o| o.for_actor(actor)))
     }
 
-    /// Runs `change` on an order in one transaction and writes it back.
+    /// Runs `change` on an order in one transaction and writes it back; returns the order as the
+    /// actor may see it.
     fn with_order<R>(
         &self,
         actor: &Actor,
@@ -670,14 +828,16 @@ impl Service {
         actor.require(Scope::OrdersWrite)?;
         let now = self.now();
         let key = Order::key(actor.store_id(), id);
-        self.db.tx(|tx| {
-            let mut order: Order = tx
-                .read(&key)?
-                .ok_or_else(|| Error::not_found("order", id))?;
-            let out = change(tx, &mut order, now)?;
-            tx.write(&key, &order)?;
-            Ok((order, out))
-        })
+        self.db
+            .tx(|tx| {
+                let mut order: Order = tx
+                    .read(&key)?
+                    .ok_or_else(|| Error::not_found("order", id))?;
+                let out = change(tx, &mut order, now)?;
+                tx.write(&key, &order)?;
+                Ok((order, out))
+            })
+            .map(|(order, out)| (order.for_actor(actor), out))
     }
 
     /// Updates tags, note and custom fields. Fires no event (none is defined for it).
@@ -771,7 +931,8 @@ impl Service {
         .map(|(order, ())| order)
     }
 
-    /// Ships items; fires `order.fulfilled` when every item has shipped.
+    /// Ships items; fires `order.fulfilled` when every item has shipped, with the order's
+    /// summary and the fulfilment that completed it.
     pub fn fulfill_order(
         &self,
         actor: &Actor,
@@ -780,11 +941,14 @@ impl Service {
     ) -> Result<(Order, Fulfillment)> {
         validate::opt_text("tracking_number", input.tracking_number.as_deref(), 255)?;
         validate::opt_text("carrier", input.carrier.as_deref(), 255)?;
-        if input.line_items.as_ref().is_some_and(Vec::is_empty) {
-            return Err(Error::invalid(
-                "line_items",
-                "name at least one line item, or leave it out to ship everything",
-            ));
+        if let Some(lines) = &input.line_items {
+            if lines.is_empty() {
+                return Err(Error::invalid(
+                    "line_items",
+                    "name at least one line item, or leave it out to ship everything",
+                ));
+            }
+            validate_line_quantities("line_items", lines)?;
         }
         self.with_order(actor, id, |tx, order, now| {
             match order.status {
@@ -801,38 +965,58 @@ impl Service {
                 }
                 OrderStatus::Open => {}
             }
-            let lines: Vec<(usize, i64)> = match &input.line_items {
+            let lines: Vec<(usize, Quantity)> = match &input.line_items {
                 Some(lines) => resolve_lines(order, lines, "line_items")?,
-                None => order
-                    .line_items
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, l)| l.quantity > l.fulfilled_quantity)
-                    .map(|(i, l)| (i, l.quantity - l.fulfilled_quantity))
-                    .collect(),
+                None => {
+                    let mut all = Vec::new();
+                    for (i, line) in order.line_items.iter().enumerate() {
+                        let left = units_left(line, line.fulfilled_quantity, "fulfilled_quantity")?;
+                        if left > Quantity::ZERO {
+                            all.push((i, left));
+                        }
+                    }
+                    all
+                }
             };
             if lines.is_empty() {
                 return Err(invalid_transition(
                     "every item of the order has already shipped",
                 ));
             }
+            if order.fulfillments.len() >= MAX_FULFILLMENTS {
+                return Err(Error::conflict(
+                    "too_many_fulfillments",
+                    format!(
+                        "an order has at most {MAX_FULFILLMENTS} fulfilments; ship the rest in one"
+                    ),
+                ));
+            }
+            let mut shipped = Vec::with_capacity(lines.len());
             for (k, (idx, qty)) in lines.iter().enumerate() {
                 let line = &order.line_items[*idx];
-                let left = line.quantity - line.fulfilled_quantity;
+                let done = Quantity::stored("fulfilled_quantity", line.fulfilled_quantity)?;
+                let left = units_left(line, line.fulfilled_quantity, "fulfilled_quantity")?;
                 if *qty > left {
                     return Err(Error::Conflict {
                         code: "over_fulfillment",
                         message: format!(
-                            "line item `{}` has {left} unit(s) left to ship; cannot ship {qty}",
-                            line.id
+                            "line item `{}` has {} unit(s) left to ship; cannot ship {}",
+                            line.id,
+                            left.units(),
+                            qty.units()
                         ),
                         field: Some(format!("line_items[{k}].quantity")),
                     });
                 }
+                // Cannot fail: `qty ≤ left` keeps the sum at or below the line's quantity.
+                let after = done.checked_add(*qty).ok_or_else(|| {
+                    Error::Internal(anyhow::anyhow!("fulfilled quantity out of range"))
+                })?;
+                shipped.push((*idx, after));
             }
             let was_fulfilled = order.fulfillment_status == FulfillmentStatus::Fulfilled;
-            for (idx, qty) in &lines {
-                order.line_items[*idx].fulfilled_quantity += qty;
+            for (idx, after) in &shipped {
+                order.line_items[*idx].fulfilled_quantity = after.units();
             }
             let fulfillment = Fulfillment {
                 id: FulfillmentId::generate(now),
@@ -840,7 +1024,7 @@ impl Service {
                     .iter()
                     .map(|(idx, qty)| LineQuantity {
                         line_item_id: order.line_items[*idx].id.clone(),
-                        quantity: *qty,
+                        quantity: qty.units(),
                     })
                     .collect(),
                 tracking_number: input.tracking_number.clone(),
@@ -854,7 +1038,7 @@ impl Service {
                 tx.emit(
                     &actor.store,
                     EventType::OrderFulfilled,
-                    order_data(order),
+                    json!({ "order": OrderSummary::from(&*order), "fulfillment": &fulfillment }),
                     now,
                 )?;
             }
@@ -862,8 +1046,9 @@ impl Service {
         })
     }
 
-    /// Refunds money or items; never more than was paid, nor more items than were bought. Fires
-    /// `order.refunded`.
+    /// Refunds money or items; never more than was paid, nor more items than were bought, nor
+    /// more than [`MAX_REFUNDS`] refunds. Fires `order.refunded` with the order's summary and the
+    /// refund.
     pub fn refund_order(
         &self,
         actor: &Actor,
@@ -877,69 +1062,108 @@ impl Service {
                 "give an amount, line_items, or both",
             ));
         }
-        if let Some(amount) = input.amount {
-            validate::positive_amount("amount", amount)?;
-        }
+        let asked = input
+            .amount
+            .map(|amount| Money::positive("amount", amount))
+            .transpose()?;
+        validate_line_quantities("line_items", &input.line_items)?;
         self.with_order(actor, id, |tx, order, now| {
-            if order.total_paid == 0 {
+            let paid = Money::stored("total_paid", order.total_paid)?;
+            let refunded = Money::stored("total_refunded", order.total_refunded)?;
+            if paid == Money::ZERO {
                 return Err(Error::conflict(
                     "not_paid",
                     "the order has not been paid; there is nothing to refund",
                 ));
             }
+            if order.refunds.len() >= MAX_REFUNDS {
+                return Err(Error::conflict(
+                    "too_many_refunds",
+                    format!("an order has at most {MAX_REFUNDS} refunds; refund the rest in one"),
+                ));
+            }
             let lines = resolve_lines(order, &input.line_items, "line_items")?;
-            let mut items_value = 0i64;
+            let mut items_value = Money::ZERO;
+            let mut returned = Vec::with_capacity(lines.len());
             for (k, (idx, qty)) in lines.iter().enumerate() {
                 let line = &order.line_items[*idx];
-                let left = line.quantity - line.refunded_quantity;
+                let done = Quantity::stored("refunded_quantity", line.refunded_quantity)?;
+                let left = units_left(line, line.refunded_quantity, "refunded_quantity")?;
                 if *qty > left {
                     return Err(Error::Conflict {
                         code: "refund_exceeds_items",
                         message: format!(
-                            "line item `{}` has {left} unit(s) left to refund; cannot refund {qty}",
-                            line.id
+                            "line item `{}` has {} unit(s) left to refund; cannot refund {}",
+                            line.id,
+                            left.units(),
+                            qty.units()
                         ),
                         field: Some(format!("line_items[{k}].quantity")),
                     });
                 }
-                items_value += line.unit_price * qty;
+                // Neither can fail: `qty ≤ left`, so the value is at most the line's total.
+                items_value = Money::stored("unit_price", line.unit_price)?
+                    .checked_mul(*qty)
+                    .and_then(|value| items_value.checked_add(value))
+                    .ok_or_else(|| {
+                        Error::invalid(
+                            format!("line_items[{k}].quantity"),
+                            "the value of the refunded items is out of range",
+                        )
+                    })?;
+                let after = done.checked_add(*qty).ok_or_else(|| {
+                    Error::Internal(anyhow::anyhow!("refunded quantity out of range"))
+                })?;
+                returned.push((*idx, after));
             }
-            let amount = input.amount.unwrap_or(items_value);
-            let refundable = order.total_paid - order.total_refunded;
+            let amount = asked.unwrap_or(items_value);
+            // Only an order damaged before amounts were checked has refunded more than was paid.
+            let refundable = paid.checked_sub(refunded).ok_or_else(|| {
+                Error::conflict(
+                    "amount_out_of_range",
+                    "the order has already refunded more than was paid",
+                )
+            })?;
             if amount > refundable {
                 return Err(Error::Conflict {
                     code: "refund_exceeds_paid",
                     message: format!(
-                        "at most {refundable} {} can still be refunded; asked for {amount}",
-                        order.currency
+                        "at most {} {} can still be refunded; asked for {}",
+                        refundable.minor(),
+                        order.currency,
+                        amount.minor()
                     ),
                     field: Some("amount".into()),
                 });
             }
-            for (idx, qty) in &lines {
-                order.line_items[*idx].refunded_quantity += qty;
+            // Cannot fail: `amount ≤ paid - refunded`.
+            let total_refunded = refunded
+                .checked_add(amount)
+                .ok_or_else(|| Error::Internal(anyhow::anyhow!("total refunded out of range")))?;
+            for (idx, after) in &returned {
+                order.line_items[*idx].refunded_quantity = after.units();
             }
             let refund = Refund {
                 id: RefundId::generate(now),
-                amount,
+                amount: amount.minor(),
                 line_items: lines
                     .iter()
                     .map(|(idx, qty)| LineQuantity {
                         line_item_id: order.line_items[*idx].id.clone(),
-                        quantity: *qty,
+                        quantity: qty.units(),
                     })
                     .collect(),
                 reason: input.reason.clone(),
                 created_at: now,
             };
-            order.total_refunded += amount;
+            order.total_refunded = total_refunded.minor();
             order.refunds.push(refund.clone());
             order.refresh_statuses();
             order.updated_at = now;
             tx.emit(
                 &actor.store,
                 EventType::OrderRefunded,
-                json!({ "order": &*order, "refund": &refund }),
+                json!({ "order": OrderSummary::from(&*order), "refund": &refund }),
                 now,
             )?;
             Ok(refund)

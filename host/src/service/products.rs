@@ -13,6 +13,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::Service;
 use super::auth::Actor;
+use super::money::{MAX_STOCK, OutOfRange, Quantity};
 use super::pagination::{Listing, Page, PageRequest};
 use super::scopes::{EventType, Scope};
 use super::validate;
@@ -127,14 +128,14 @@ pub struct NewVariant {
     /// Stock keeping unit.
     #[serde(default)]
     pub sku: Option<String>,
-    /// Unit price in minor units; must be positive.
+    /// Unit price in minor units, 1 to 10¹².
     pub price: i64,
     /// ISO 4217 code.
     pub currency: String,
-    /// Initial stock (default 0; not negative).
+    /// Initial stock (default 0), 0 to 10⁹.
     #[serde(default)]
     pub inventory_quantity: i64,
-    /// Low-stock threshold (not negative).
+    /// Low-stock threshold, 0 to 10⁹.
     #[serde(default)]
     pub low_stock_threshold: Option<i64>,
 }
@@ -218,10 +219,10 @@ pub struct UpdateProduct {
 pub struct AdjustInventory {
     /// The variant whose stock changes.
     pub variant_id: VariantId,
-    /// Add this many units (negative to remove).
+    /// Add this many units (negative to remove), -10⁹ to 10⁹; stock stays within 0 to 10⁹.
     #[serde(default)]
     pub delta: Option<i64>,
-    /// Set the stock to this many units.
+    /// Set the stock to this many units, 0 to 10⁹.
     #[serde(default)]
     pub set: Option<i64>,
     /// Why (e.g. `restock`, `damaged`), kept in the event.
@@ -304,17 +305,9 @@ fn validate_new_variant(field: &str, v: &NewVariant) -> Result<()> {
     validate::opt_text(&format!("{field}.sku"), v.sku.as_deref(), 64)?;
     validate::positive_amount(&format!("{field}.price"), v.price)?;
     validate::currency(&format!("{field}.currency"), &v.currency)?;
-    if v.inventory_quantity < 0 {
-        return Err(Error::invalid(
-            format!("{field}.inventory_quantity"),
-            "must not be negative",
-        ));
-    }
-    if v.low_stock_threshold.is_some_and(|t| t < 0) {
-        return Err(Error::invalid(
-            format!("{field}.low_stock_threshold"),
-            "must not be negative",
-        ));
+    Quantity::stock(&format!("{field}.inventory_quantity"), v.inventory_quantity)?;
+    if let Some(t) = v.low_stock_threshold {
+        Quantity::stock(&format!("{field}.low_stock_threshold"), t)?;
     }
     Ok(())
 }
@@ -450,11 +443,8 @@ impl Service {
             if let Some(price) = v.price {
                 validate::positive_amount(&field("price"), price)?;
             }
-            if v.low_stock_threshold.is_some_and(|t| t < 0) {
-                return Err(Error::invalid(
-                    field("low_stock_threshold"),
-                    "must not be negative",
-                ));
+            if let Some(t) = v.low_stock_threshold {
+                Quantity::stock(&field("low_stock_threshold"), t)?;
             }
         }
         let now = self.now();
@@ -592,9 +582,16 @@ impl Service {
         actor.require(Scope::ProductsWrite)?;
         validate::opt_text("reason", input.reason.as_deref(), 255)?;
         let change = match (input.delta, input.set) {
-            (Some(delta), None) => StockChange::Delta(delta),
-            (None, Some(set)) if set >= 0 => StockChange::Set(set),
-            (None, Some(_)) => return Err(Error::invalid("set", "must not be negative")),
+            (Some(delta), None) if (-MAX_STOCK..=MAX_STOCK).contains(&delta) => {
+                StockChange::Delta(delta)
+            }
+            (Some(delta), None) => {
+                return Err(Error::invalid(
+                    "delta",
+                    format!("must be from -{MAX_STOCK} to {MAX_STOCK}; got {delta}"),
+                ));
+            }
+            (None, Some(set)) => StockChange::Set(Quantity::stock("set", set)?.units()),
             _ => {
                 return Err(Error::invalid(
                     "delta",
@@ -658,25 +655,42 @@ impl Service {
                 Error::invalid(field, format!("no variant `{variant_id}` in this store"))
             })?;
         let before = variant.inventory_quantity;
-        let after = match change {
-            StockChange::Delta(d) => before
-                .checked_add(d)
-                .ok_or_else(|| Error::invalid("delta", "out of range"))?,
-            StockChange::Set(s) => s,
+        let error_field = || {
+            if field == "variant_id" {
+                "delta".to_owned()
+            } else {
+                field.to_owned()
+            }
         };
-        if after < 0 {
-            return Err(Error::Conflict {
-                code: "insufficient_stock",
-                message: format!(
-                    "variant `{variant_id}` has {before} in stock; it cannot go below zero"
-                ),
-                field: Some(if field == "variant_id" {
-                    "delta".into()
-                } else {
-                    field.to_owned()
-                }),
-            });
-        }
+        let shifted = match change {
+            StockChange::Delta(d) => Quantity::stored("inventory_quantity", before)?.shifted(d),
+            StockChange::Set(s) => Quantity::new(s).ok_or(if s < 0 {
+                OutOfRange::BelowZero
+            } else {
+                OutOfRange::AboveMax
+            }),
+        };
+        let after = match shifted {
+            Ok(after) => after.units(),
+            Err(OutOfRange::BelowZero) => {
+                return Err(Error::Conflict {
+                    code: "insufficient_stock",
+                    message: format!(
+                        "variant `{variant_id}` has {before} in stock; it cannot go below zero"
+                    ),
+                    field: Some(error_field()),
+                });
+            }
+            Err(OutOfRange::AboveMax) => {
+                return Err(Error::Conflict {
+                    code: "stock_limit_exceeded",
+                    message: format!(
+                        "variant `{variant_id}` has {before} in stock; it cannot go above {MAX_STOCK}"
+                    ),
+                    field: Some(error_field()),
+                });
+            }
+        };
         variant.inventory_quantity = after;
         let crossed = crossings(before, after, variant.low_stock_threshold);
         let variant = variant.clone();

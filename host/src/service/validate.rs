@@ -46,16 +46,9 @@ pub fn currency(field: &str, code: &str) -> Result<()> {
     }
 }
 
-/// Checks a price in minor units: strictly positive.
+/// Checks a price or amount in minor units: from 1 to [`super::money::MAX_AMOUNT`].
 pub fn positive_amount(field: &str, amount: i64) -> Result<()> {
-    if amount > 0 {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            field,
-            format!("must be a positive amount in minor units; got {amount}"),
-        ))
-    }
+    super::money::Money::positive(field, amount).map(|_| ())
 }
 
 /// Checks a list of tags: at most 50, each 1 to 64 characters, no commas.
