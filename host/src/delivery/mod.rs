@@ -42,7 +42,7 @@ pub use self::fair::MAX_IN_FLIGHT_PER_TARGET;
 /// How many due entries one dispatch round passes over because their pool or share is full,
 /// before it waits for a running attempt to finish (bounds the cost of a round behind a large
 /// backlog of one store).
-const MAX_SKIPPED: usize = 4096;
+const MAX_SKIPPED: usize = 1024;
 
 const BATCH: usize = 256;
 
