@@ -681,7 +681,7 @@ async fn every_invalid_request_is_refused_with_its_field() {
         .expect(200);
     assert_eq!(
         store.body["quotas"],
-        json!({"email": 200, "sms": 50, "whatsapp": 20, "push": 1000})
+        json!({"email": 200, "sms": 50, "whatsapp": 20, "push": 1000, "banner": 50, "banner_active": 20})
     );
 }
 

@@ -67,7 +67,9 @@ fn store_id(raw: &str) -> Result<StoreId> {
 ///   `queued`), or kept in the store's outbox when no sender is connected (status `outbox`).
 ///   Over quota: 429 `quota_exceeded` with `Retry-After` (seconds until midnight UTC); nothing is
 ///   queued.
-/// - `banner`: `{"channel": "banner", "banner": {tone, title, body, ctas, ttl_hours}}`.
+/// - `banner`: `{"channel": "banner", "banner": {tone, title, body, ctas, ttl_hours}}`; at most
+///   `banner_active` (20) showing per installation and `banner` (50) per store per UTC day
+///   (429 `quota_exceeded` otherwise).
 /// - `feed`: `{"channel": "feed", "card": {kind, title, body, primary: {label, href}}}`; one card
 ///   per plugin per store per 24 hours (429 `quota_exceeded` otherwise).
 ///
@@ -86,8 +88,16 @@ pub async fn send_notification(
     Caller(actor): Caller,
     Json(body): Json<NotificationRequest>,
 ) -> Result<(StatusCode, axum::Json<NotificationAccepted>)> {
-    let accepted = app.service.send_notification(&actor, body)?;
+    let accepted = blocking(move || app.service.send_notification(&actor, body)).await?;
     Ok((StatusCode::ACCEPTED, axum::Json(accepted)))
+}
+
+/// Runs a call that renders templates on the blocking pool: a render may take milliseconds and
+/// waits for a place in the render gate, which must not hold up an async worker.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| crate::Error::Internal(anyhow::anyhow!("rendering: {e}")))?
 }
 
 /// Read back one of the calling installation's notifications: its status (`queued` → `sent` or
@@ -287,12 +297,13 @@ pub async fn set_template_override(
     Path((store, plugin, key)): Path<(String, String, String)>,
     Json(body): Json<Wording>,
 ) -> Result<axum::Json<TemplateView>> {
-    Ok(axum::Json(app.service.set_template_override(
-        &store_id(&store)?,
-        &plugin,
-        &key,
-        body,
-    )?))
+    let store = store_id(&store)?;
+    let view = blocking(move || {
+        app.service
+            .set_template_override(&store, &plugin, &key, body)
+    })
+    .await?;
+    Ok(axum::Json(view))
 }
 
 /// Remove the store's override: the plugin's wording applies again.

@@ -166,6 +166,21 @@ impl Mailer {
             .map_err(|e| e.to_string())
     }
 
+    /// Removes the mail recorded `retention` or longer before `now`; returns how many.
+    pub fn purge(&self, now: Timestamp, retention: jiff::SignedDuration) -> Result<usize> {
+        use crate::service::maintenance::{Sweep, sweep};
+        // Mail ids follow time: the scan stops at the first mail that is kept.
+        sweep(
+            &self.db,
+            MAIL_PREFIX,
+            |_, mail: &MailRecord| match mail.created_at.saturating_add(retention) {
+                Ok(until) if until <= now => Sweep::Remove,
+                _ => Sweep::Stop,
+            },
+            |_| Vec::new(),
+        )
+    }
+
     /// The recorded mail, newest first.
     pub fn list(&self, cursors: &Cursors, page: &PageRequest) -> Result<Page<MailRecord>> {
         Listing {
@@ -174,5 +189,42 @@ impl Mailer {
             newest_first: true,
         }
         .page(&self.db, cursors, page, |_| true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use jiff::SignedDuration;
+
+    use super::*;
+    use crate::clock::{Clock as _, ManualClock};
+
+    #[tokio::test]
+    async fn mail_is_purged_after_its_retention() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = Db::open_sled(dir.path(), false).expect("db");
+        let clock = ManualClock::new("2026-01-05T00:00:00Z".parse().expect("ts"));
+        let mailer =
+            Mailer::new(None, "host@host.example", db, Arc::new(clock.clone())).expect("mailer");
+        let mail = |subject: &str| Mail {
+            to: "dev@plugin.example".into(),
+            subject: subject.into(),
+            body: "b".into(),
+        };
+        mailer.send(mail("old")).await.expect("send");
+        clock.advance(SignedDuration::from_hours(24));
+        mailer.send(mail("new")).await.expect("send");
+        let retention = SignedDuration::from_hours(30 * 24);
+        let now = clock.now();
+        assert_eq!(mailer.purge(now, retention).expect("purge"), 0);
+        let later = now + SignedDuration::from_hours(29 * 24);
+        assert_eq!(mailer.purge(later, retention).expect("purge"), 1);
+        let page = mailer
+            .list(&Cursors::new([7; 32]), &PageRequest::first(10))
+            .expect("list");
+        let subjects: Vec<&str> = page.data.iter().map(|m| m.subject.as_str()).collect();
+        assert_eq!(subjects, ["new"]);
     }
 }

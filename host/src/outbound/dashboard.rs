@@ -53,6 +53,7 @@ impl Service {
             if banner.dismissed_at.is_none() {
                 banner.dismissed_at = Some(now);
                 tx.write(&key, &banner)?;
+                tx.release_banner_slot(store, &banner.installation_id, id)?;
             }
             Ok(banner)
         })

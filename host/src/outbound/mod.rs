@@ -6,20 +6,28 @@
 //!
 //! - [`request`]: the request body and its validation into typed inputs;
 //! - [`templates`]: plugin templates, merchant overrides, strict rendering;
+//! - [`render`]: rendering a wording within fixed limits (language, output size, fuel, a gate);
+//! - [`text`]: the characters a text may hold and the links a banner or card may carry;
 //! - [`quota`]: the per-store daily quotas and the feed's one card per plugin per 24 hours;
 //! - [`send`]: accepting a notification (validate, render, count, record, queue) in one
 //!   transaction;
 //! - [`dashboard`]: what the merchant sees (banners, feed cards) and the operator's message lists;
 //! - [`senders`]: the merchant's connected senders (SMTP, HTTP providers);
-//! - [`worker`]: sends queued messages after the request returned, with retries.
+//! - [`failure`]: why a send failed, for the plugin (a category) and the operator (details);
+//! - [`worker`]: sends queued messages after the request returned, with retries;
+//! - [`retention`]: what housekeeping purges, and when.
 
 pub mod dashboard;
+pub mod failure;
 pub mod quota;
 pub mod records;
+pub mod render;
 pub mod request;
+pub mod retention;
 pub mod send;
 pub mod senders;
 pub mod templates;
+pub mod text;
 pub mod worker;
 
 pub use records::{Channel, Message, MessageStatus, Notification, NotificationAccepted};

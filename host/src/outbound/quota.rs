@@ -1,5 +1,5 @@
-//! Quotas: per store and channel, per UTC calendar day; and the feed's one card per plugin per
-//! rolling 24 hours.
+//! Quotas: per store and channel, per UTC calendar day; the feed's one card per plugin per
+//! rolling 24 hours; and at most so many banners showing per installation.
 //!
 //! The check and the increment run inside the transaction that records the message, so two
 //! requests racing for the last slot can never both get it, and a refused message is never
@@ -12,17 +12,20 @@ use utoipa::ToSchema;
 
 use super::records::Channel;
 use crate::error::{Error, Result};
-use crate::ids::StoreId;
+use crate::ids::{InstallationId, MessageId, StoreId};
 use crate::storage::Tx;
 
 /// The largest daily quota the operator may set.
 pub const MAX_QUOTA: u64 = 1_000_000;
 
+/// The largest number of banners one installation may be allowed to show at once.
+pub const MAX_ACTIVE_BANNERS: u64 = 1000;
+
 /// How long a plugin waits between two feed cards in one store.
 pub const FEED_CARD_INTERVAL: SignedDuration = SignedDuration::from_hours(24);
 
-/// Messages a store may send per UTC day, per channel. Banners and feed cards have no quota
-/// (the feed has its own per-plugin rule).
+/// Messages a store may send per UTC day, per channel; banners per day and showing at once. Feed
+/// cards have their own per-plugin rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Quotas {
@@ -38,6 +41,13 @@ pub struct Quotas {
     /// Push notifications per day (default 1000).
     #[schema(default = 1000, maximum = 1_000_000)]
     pub push: u64,
+    /// Banners per day, from all the store's plugins (default 50).
+    #[schema(default = 50, maximum = 1_000_000)]
+    pub banner: u64,
+    /// Banners one installation may have showing at once: not expired, not dismissed (default
+    /// 20).
+    #[schema(default = 20, maximum = 1000)]
+    pub banner_active: u64,
 }
 
 impl Default for Quotas {
@@ -47,32 +57,42 @@ impl Default for Quotas {
             sms: 50,
             whatsapp: 20,
             push: 1000,
+            banner: 50,
+            banner_active: 20,
         }
     }
 }
 
 impl Quotas {
-    /// Checks every quota is within 0 (channel off) and [`MAX_QUOTA`].
+    /// Checks every daily quota is within 0 (channel off) and [`MAX_QUOTA`], and
+    /// `banner_active` within 0 and [`MAX_ACTIVE_BANNERS`].
     pub fn validate(&self, field: &str) -> Result<()> {
-        for channel in Channel::MESSAGES {
+        for channel in Channel::MESSAGES.into_iter().chain([Channel::Banner]) {
             if self.limit(channel).unwrap_or(0) > MAX_QUOTA {
                 return Err(Error::invalid(
                     format!("{field}.{channel}"),
-                    format!("must be from 0 to {MAX_QUOTA} messages per day"),
+                    format!("must be from 0 to {MAX_QUOTA} per day"),
                 ));
             }
+        }
+        if self.banner_active > MAX_ACTIVE_BANNERS {
+            return Err(Error::invalid(
+                format!("{field}.banner_active"),
+                format!("must be from 0 to {MAX_ACTIVE_BANNERS} banners"),
+            ));
         }
         Ok(())
     }
 
-    /// The daily quota of a channel; `None` for the unlimited ones.
+    /// The daily quota of a channel; `None` for the feed (one card per plugin per 24 hours).
     pub fn limit(&self, channel: Channel) -> Option<u64> {
         match channel {
             Channel::Email => Some(self.email),
             Channel::Sms => Some(self.sms),
             Channel::Whatsapp => Some(self.whatsapp),
             Channel::Push => Some(self.push),
-            Channel::Banner | Channel::Feed => None,
+            Channel::Banner => Some(self.banner),
+            Channel::Feed => None,
         }
     }
 }
@@ -122,6 +142,34 @@ fn feed_key(store: &StoreId, plugin: &str) -> String {
     format!("feed-last/{store}/{plugin}")
 }
 
+/// Key prefix of a store's feed slots (when each plugin posted its last card).
+pub fn feed_slots_prefix(store: &StoreId) -> String {
+    format!("feed-last/{store}/")
+}
+
+fn active_banners_key(store: &StoreId, installation: &InstallationId) -> String {
+    format!("banner-active/{store}/{installation}")
+}
+
+/// Key prefix of a store's active-banner lists.
+pub fn active_banners_prefix(store: &StoreId) -> String {
+    format!("banner-active/{store}/")
+}
+
+/// A banner that counts against its installation's `banner_active` quota.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActiveBanner {
+    /// The banner.
+    pub id: MessageId,
+    /// When it stops counting, unless it is dismissed before.
+    #[serde(with = "crate::clock::api_ts")]
+    pub expires_at: Timestamp,
+}
+
+/// The banners of one installation that may still be showing: one record, read and written in
+/// the transaction that posts or dismisses a banner, so concurrent posts never overshoot.
+pub type ActiveBanners = Vec<ActiveBanner>;
+
 impl Tx<'_> {
     /// Counts one message of `channel` against `limit` for today, or refuses it with
     /// `quota_exceeded` (and `Retry-After` = seconds until midnight UTC) when none is left.
@@ -149,6 +197,57 @@ impl Tx<'_> {
             remaining: limit - used - 1,
             resets_at,
         })
+    }
+
+    /// Counts a new banner of `installation`: refused with `quota_exceeded` when it already has
+    /// `quotas.banner_active` banners showing (`Retry-After`: until the first of them expires;
+    /// dismissing one frees a place at once) or the store had `quotas.banner` banners today
+    /// (`Retry-After`: until midnight UTC).
+    pub fn take_banner_slot(
+        &mut self,
+        store: &StoreId,
+        installation: &InstallationId,
+        banner: ActiveBanner,
+        quotas: &Quotas,
+        now: Timestamp,
+    ) -> Result<()> {
+        let key = active_banners_key(store, installation);
+        let mut active: ActiveBanners = self.read(&key)?.unwrap_or_default();
+        active.retain(|b| b.expires_at > now);
+        if active.len() as u64 >= quotas.banner_active {
+            let free_at = active
+                .iter()
+                .map(|b| b.expires_at)
+                .min()
+                .unwrap_or_else(|| day_window(now).1);
+            return Err(Error::QuotaExceeded {
+                channel: Channel::Banner.to_string(),
+                limit: quotas.banner_active,
+                retry_after: seconds_until(now, free_at),
+            });
+        }
+        self.take_quota(store, Channel::Banner, quotas.banner, now)?;
+        active.push(banner);
+        self.write(&key, &active)
+    }
+
+    /// A dismissed banner no longer counts against its installation's active banners.
+    pub fn release_banner_slot(
+        &mut self,
+        store: &StoreId,
+        installation: &InstallationId,
+        id: &MessageId,
+    ) -> Result<()> {
+        let key = active_banners_key(store, installation);
+        let Some(mut active) = self.read::<ActiveBanners>(&key)? else {
+            return Ok(());
+        };
+        active.retain(|b| &b.id != id);
+        if active.is_empty() {
+            self.remove(&key)
+        } else {
+            self.write(&key, &active)
+        }
     }
 
     /// Takes the plugin's feed slot: one card per plugin per store per rolling 24 hours from its
@@ -201,6 +300,8 @@ mod tests {
                 sms: 1,
                 whatsapp: 1,
                 push: 1,
+                banner: 1,
+                banner_active: 1,
             },
         })
         .expect("json");

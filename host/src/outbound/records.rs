@@ -5,6 +5,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::failure::{FailureCategory, UNCATEGORIZED};
 use super::quota::QuotaState;
 use crate::ids::{InstallationId, MessageId, StoreId};
 use crate::service::events::StoreRef;
@@ -99,7 +100,8 @@ pub enum Tone {
 pub struct Cta {
     /// The button's text (1 to 40 characters).
     pub label: String,
-    /// A dashboard path starting with `/`; exactly one of `href` and `dismiss: true`.
+    /// A dashboard path: one `/` then a path (not `//`, no `\`, no scheme, space or control
+    /// character); exactly one of `href` and `dismiss: true`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub href: Option<String>,
     /// `true` makes the button dismiss the banner.
@@ -113,7 +115,8 @@ pub struct Cta {
 pub struct Link {
     /// The button's text (1 to 40 characters).
     pub label: String,
-    /// A dashboard path starting with `/`.
+    /// A dashboard path: one `/` then a path (not `//`, no `\`, no scheme, space or control
+    /// character).
     pub href: String,
 }
 
@@ -235,6 +238,10 @@ pub struct Message {
     /// The rendered content.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<Rendered>,
+    /// The provider's own words about the last failure (operator only: they may name the
+    /// recipient's address; URL secrets are removed before they are stored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error_detail: Option<String>,
 }
 
 impl Message {
@@ -255,11 +262,16 @@ impl Message {
 
     /// What the plugin that sent it may read, with its banner or card.
     pub fn view(&self, banner: Option<Banner>, card: Option<FeedCard>) -> Notification {
-        Notification {
+        let mut view = Notification {
             banner,
             card,
             ..self.notification.clone()
+        };
+        // A failure recorded before categories kept the provider's raw words in `last_error`.
+        if view.last_error.is_some() && view.last_error_category.is_none() {
+            view.last_error = Some(UNCATEGORIZED.to_owned());
         }
+        view
     }
 }
 
@@ -280,9 +292,13 @@ pub struct Notification {
     pub template: Option<String>,
     /// Delivery attempts made so far.
     pub attempts: u32,
-    /// Why the last attempt failed.
+    /// Why the last attempt failed: a fixed text per `last_error_category`, with the HTTP or
+    /// SMTP status code when there is one (the provider's own words are the operator's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// Why the last attempt failed, as a category.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error_category: Option<FailureCategory>,
     /// When it was accepted.
     #[serde(with = "crate::clock::api_ts")]
     #[schema(value_type = String)]
@@ -315,4 +331,25 @@ pub struct NotificationAccepted {
     pub notification: Notification,
     /// The store's quota for the channel after this message; null for banners and feed cards.
     pub quota: Option<QuotaState>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_recorded_before_categories_shows_the_plugin_a_fixed_text() {
+        let legacy = serde_json::json!({
+            "id": "msg_01a", "channel": "sms", "status": "failed", "attempts": 1,
+            "last_error": "the provider could not be reached: error sending request for url \
+                           (https://sms.example/send?api_key=sk-1)",
+            "created_at": "2026-01-05T00:00:00.000Z", "updated_at": "2026-01-05T00:00:00.000Z",
+            "store": {"id": "store_a", "domain": "a.example"}, "plugin": "p",
+            "installation_id": "inst_a", "address": "+14155550123",
+        });
+        let message: Message = serde_json::from_value(legacy).expect("a legacy record loads");
+        let view = message.view(None, None);
+        assert_eq!(view.last_error.as_deref(), Some(UNCATEGORIZED));
+        assert_eq!(view.last_error_category, None);
+    }
 }

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::records::{CardKind, Channel, Cta, Link, Tone};
+use super::text::{self, Lines};
 use crate::error::{Error, Result};
 use crate::ids::CustomerId;
 use crate::service::validate;
@@ -248,14 +249,19 @@ pub fn parse_recipient(channel: Channel, to: &str) -> Result<Recipient> {
 }
 
 fn link_label(field: &str, label: &str) -> Result<()> {
-    validate::text(&format!("{field}.label"), label, 1, MAX_LABEL)
+    text::check_text(&format!("{field}.label"), label, 1, MAX_LABEL, Lines::One)
+}
+
+/// A title (one line) and a body (lines allowed) of a banner or card.
+fn title_and_body(at: &str, title: &str, body: &str) -> Result<()> {
+    text::check_text(&format!("{at}.title"), title, 1, MAX_TITLE, Lines::One)?;
+    text::check_text(&format!("{at}.body"), body, 1, MAX_BODY, Lines::Many)
 }
 
 impl BannerInput {
     /// Checks the banner's limits; `at` is the path of the banner in the request.
     pub fn validate(&self, at: &str) -> Result<()> {
-        validate::text(&format!("{at}.title"), &self.title, 1, MAX_TITLE)?;
-        validate::text(&format!("{at}.body"), &self.body, 1, MAX_BODY)?;
+        title_and_body(at, &self.title, &self.body)?;
         if self.ctas.len() > MAX_CTAS {
             return Err(Error::invalid(
                 format!("{at}.ctas"),
@@ -266,7 +272,9 @@ impl BannerInput {
             let field = format!("{at}.ctas[{i}]");
             link_label(&field, &cta.label)?;
             match (&cta.href, cta.dismiss) {
-                (Some(href), None | Some(false)) => validate::path(&format!("{field}.href"), href)?,
+                (Some(href), None | Some(false)) => {
+                    text::check_path(&format!("{field}.href"), href)?;
+                }
                 (None, Some(true)) => {}
                 _ => {
                     return Err(Error::invalid(
@@ -290,11 +298,10 @@ impl BannerInput {
 impl FeedCardInput {
     /// Checks the card's limits; `at` is the path of the card in the request.
     pub fn validate(&self, at: &str) -> Result<()> {
-        validate::text(&format!("{at}.title"), &self.title, 1, MAX_TITLE)?;
-        validate::text(&format!("{at}.body"), &self.body, 1, MAX_BODY)?;
+        title_and_body(at, &self.title, &self.body)?;
         let primary = format!("{at}.primary");
         link_label(&primary, &self.primary.label)?;
-        validate::path(&format!("{primary}.href"), &self.primary.href)
+        text::check_path(&format!("{primary}.href"), &self.primary.href)
     }
 }
 

@@ -3,7 +3,7 @@
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::quota::QuotaState;
+use super::quota::{ActiveBanner, QuotaState};
 use super::records::{
     Banner, Channel, FeedCard, Message, MessageStatus, Notification, NotificationAccepted,
 };
@@ -118,6 +118,7 @@ impl Service {
     }
 
     /// Shows a banner at the top of the merchant dashboard until it expires or is dismissed.
+    /// Counted against the store's daily banners and the installation's banners showing.
     pub fn post_banner(&self, actor: &Actor, input: BannerInput) -> Result<NotificationAccepted> {
         input.validate("banner")?;
         let now = self.now();
@@ -139,8 +140,19 @@ impl Service {
             dismissed_at: None,
         };
         let message = self.record(actor, &id, Channel::Banner, MessageStatus::Shown, now);
+        let slot = ActiveBanner {
+            id: id.clone(),
+            expires_at: banner.expires_at,
+        };
         self.db.tx(|tx| {
-            store_in(tx, actor.store_id())?;
+            let quotas = store_in(tx, actor.store_id())?.quotas;
+            tx.take_banner_slot(
+                actor.store_id(),
+                &actor.installation,
+                slot.clone(),
+                &quotas,
+                now,
+            )?;
             tx.write(&Message::key(actor.store_id(), &id), &message)?;
             tx.write(&Banner::key(actor.store_id(), &id), &banner)
         })?;
@@ -194,6 +206,7 @@ impl Service {
                 template: None,
                 attempts: 0,
                 last_error: None,
+                last_error_category: None,
                 created_at: now,
                 updated_at: now,
                 next_attempt_at: None,
@@ -206,6 +219,7 @@ impl Service {
             installation_id: actor.installation.clone(),
             address: None,
             content: None,
+            last_error_detail: None,
         }
     }
 

@@ -4,17 +4,20 @@
 //! (`templates/order-thanks.toml`: the file name is the key) and publishing uploads them. The
 //! wording is MiniJinja (Jinja2) rendered in strict mode: every variable a wording uses must be
 //! declared, every declared variable must be given, and nothing else may be. A merchant may
-//! reword a template per store, never add a variable or a channel.
+//! reword a template per store, never add a variable or a channel. The language is cut down and
+//! every render bounded (see [`super::render`]); a wording is tried with sample values at publish
+//! and at override.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::Timestamp;
-use minijinja::value::Serde;
-use minijinja::{Environment, UndefinedBehavior};
+use minijinja::{Environment, Value};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::records::{Channel, Rendered};
+use super::render::{self, RenderError};
+use super::text;
 use crate::error::{Error, Result};
 use crate::ids::StoreId;
 use crate::service::Service;
@@ -27,8 +30,8 @@ pub const MAX_TEMPLATES: usize = 100;
 pub const MAX_VARIABLES: usize = 50;
 /// A wording's source: at most 64 KiB.
 pub const MAX_SOURCE: usize = 64 * 1024;
-/// Rendering budget of one wording (MiniJinja fuel): stops runaway loops.
-const FUEL: u64 = 100_000;
+/// What each declared variable is when a wording is tried out at publish.
+const SAMPLE_VALUE: &str = "sample";
 
 /// An email's wording.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -149,33 +152,48 @@ pub fn load_dir(dir: &std::path::Path) -> anyhow::Result<BTreeMap<String, Templa
     Ok(templates)
 }
 
-/// One renderable part of a wording: its path (`email.body`) and source.
+/// One renderable part of a wording: its path (`email.body`), source and the longest text it may
+/// render to.
 struct Part<'a> {
     path: &'static str,
     source: &'a str,
+    max_chars: usize,
 }
+
+/// Rendered lengths: SMS 1600 characters, WhatsApp 4096, push title 100 and body 1000, email
+/// subject 255 and bodies 1 Mi.
+const EMAIL_SUBJECT: usize = 255;
+const EMAIL_BODY: usize = 1 << 20;
+const SMS_BODY: usize = 1600;
+const WHATSAPP_BODY: usize = 4096;
+const PUSH_TITLE: usize = 100;
+const PUSH_BODY: usize = 1000;
 
 impl Wording {
     fn parts(&self) -> Vec<Part<'_>> {
-        let part = |path, source| Part { path, source };
+        let part = |path, source, max_chars| Part {
+            path,
+            source,
+            max_chars,
+        };
         let mut parts = Vec::new();
         if let Some(e) = &self.email {
-            parts.push(part("email.subject", e.subject.as_str()));
-            parts.push(part("email.body", e.body.as_str()));
+            parts.push(part("email.subject", e.subject.as_str(), EMAIL_SUBJECT));
+            parts.push(part("email.body", e.body.as_str(), EMAIL_BODY));
             if let Some(html) = &e.html {
                 // The `.html` name turns on MiniJinja's HTML auto-escaping.
-                parts.push(part("email.html", html.as_str()));
+                parts.push(part("email.html", html.as_str(), EMAIL_BODY));
             }
         }
         if let Some(s) = &self.sms {
-            parts.push(part("sms.body", s.body.as_str()));
+            parts.push(part("sms.body", s.body.as_str(), SMS_BODY));
         }
         if let Some(w) = &self.whatsapp {
-            parts.push(part("whatsapp.body", w.body.as_str()));
+            parts.push(part("whatsapp.body", w.body.as_str(), WHATSAPP_BODY));
         }
         if let Some(p) = &self.push {
-            parts.push(part("push.title", p.title.as_str()));
-            parts.push(part("push.body", p.body.as_str()));
+            parts.push(part("push.title", p.title.as_str(), PUSH_TITLE));
+            parts.push(part("push.body", p.body.as_str(), PUSH_BODY));
         }
         parts
     }
@@ -193,10 +211,21 @@ impl Wording {
         .collect()
     }
 
-    /// Checks every part compiles and uses only `variables`; `at` prefixes the field paths.
+    /// Checks every part: its size and characters, that it compiles, stays within the wording
+    /// language of [`render`](super::render), uses only `variables`, and renders within its
+    /// channel's limits with a sample value for each variable. `at` prefixes the field paths.
+    ///
+    /// Waits for a place in [`render::RENDERS`]: call it on a blocking thread.
     pub fn check(&self, at: &str, variables: &[String]) -> Result<()> {
-        let env = environment();
+        let env = render::environment();
         let globals: BTreeSet<&str> = env.globals().map(|(name, _)| name).collect();
+        let sample = Value::from(minijinja::value::Serde(
+            variables
+                .iter()
+                .map(|v| (v.as_str(), SAMPLE_VALUE))
+                .collect::<BTreeMap<_, _>>(),
+        ));
+        let _permit = render::RENDERS.enter();
         for part in self.parts() {
             let field = if at.is_empty() {
                 part.path.to_owned()
@@ -206,6 +235,10 @@ impl Wording {
             if part.source.len() > MAX_SOURCE {
                 return Err(Error::invalid(field, format!("at most {MAX_SOURCE} bytes")));
             }
+            text::check_chars(&field, part.source, text::Lines::Many)?;
+            // Before compiling: MiniJinja folds constants as it compiles, so `'x' * 99999999`
+            // would be built right there.
+            render::check_language(part.source).map_err(|e| Error::invalid(&field, e))?;
             let template = env
                 .template_from_named_str(part.path, part.source)
                 .map_err(|e| Error::invalid(&field, format!("not a valid template: {e}")))?;
@@ -221,16 +254,33 @@ impl Wording {
                     format!("uses `{unknown}`, which the template does not declare in `variables`"),
                 ));
             }
+            // Other failures depend on the values a request gives (a sample string where a number
+            // is expected): only what breaks the limits whatever the data is, is refused.
+            match render::render(&env, part.path, part.source, sample.clone(), part.max_chars) {
+                Err(RenderError::TooLong) => {
+                    return Err(Error::invalid(
+                        field,
+                        format!(
+                            "renders to more than {} characters even with short values",
+                            part.max_chars
+                        ),
+                    ));
+                }
+                Err(RenderError::OutOfFuel) => {
+                    return Err(Error::invalid(
+                        field,
+                        format!(
+                            "needs more than {} rendering steps even with short values",
+                            render::FUEL
+                        ),
+                    ));
+                }
+                Err(RenderError::Forbidden(e)) => return Err(Error::invalid(field, e)),
+                Ok(_) | Err(RenderError::Failed(_)) => {}
+            }
         }
         Ok(())
     }
-}
-
-fn environment() -> Environment<'static> {
-    let mut env = Environment::new();
-    env.set_undefined_behavior(UndefinedBehavior::Strict);
-    env.set_fuel(Some(FUEL));
-    env
 }
 
 fn valid_key(key: &str) -> bool {
@@ -265,7 +315,13 @@ pub fn validate_templates(templates: &BTreeMap<String, TemplateSource>) -> Resul
             ));
         }
         if let Some(description) = &template.description {
-            crate::service::validate::text(&format!("{at}.description"), description, 0, 1000)?;
+            text::check_text(
+                &format!("{at}.description"),
+                description,
+                0,
+                1000,
+                text::Lines::Many,
+            )?;
         }
         if template.variables.len() > MAX_VARIABLES {
             return Err(Error::invalid(
@@ -297,7 +353,8 @@ pub fn validate_templates(templates: &BTreeMap<String, TemplateSource>) -> Resul
     Ok(())
 }
 
-/// Checks `data` against the template's variables: each one given, nothing else.
+/// Checks `data` against the template's variables: each one given, nothing else, and no control
+/// or bidirectional-override character in its strings (they end up in front of people).
 fn check_data(
     template: &TemplateSource,
     data: &serde_json::Map<String, serde_json::Value>,
@@ -314,28 +371,43 @@ fn check_data(
             format!("the template does not declare `{extra}`"),
         ));
     }
+    for (name, value) in data {
+        text::check_value(&format!("data.{name}"), value)?;
+    }
     Ok(())
 }
 
 fn render_part(
     env: &Environment<'static>,
-    path: &'static str,
-    source: &str,
-    data: &serde_json::Map<String, serde_json::Value>,
-    max_chars: usize,
+    key: &str,
+    part: &Part<'_>,
+    data: &Value,
 ) -> Result<String> {
-    let rendered = env
-        .template_from_named_str(path, source)
-        .and_then(|t| t.render(Serde(data)))
-        .map_err(|e| Error::invalid("data", format!("the template could not be rendered: {e}")))?;
-    let chars = rendered.chars().count();
-    if chars > max_chars {
-        return Err(Error::invalid(
+    render::render(env, part.path, part.source, data.clone(), part.max_chars).map_err(|e| match e {
+        RenderError::TooLong => Error::invalid(
             "data",
-            format!("the rendered {path} is {chars} characters; at most {max_chars}"),
-        ));
-    }
-    Ok(rendered)
+            format!(
+                "the rendered {} is longer than {} characters",
+                part.path, part.max_chars
+            ),
+        ),
+        RenderError::OutOfFuel => Error::invalid(
+            "data",
+            format!(
+                "rendering {} takes more than {} steps",
+                part.path,
+                render::FUEL
+            ),
+        ),
+        // Only a wording stored before the language was cut down gets here.
+        RenderError::Forbidden(why) => Error::invalid(
+            "template",
+            format!("template `{key}` cannot be rendered ({}: {why})", part.path),
+        ),
+        RenderError::Failed(e) => {
+            Error::invalid("data", format!("the template could not be rendered: {e}"))
+        }
+    })
 }
 
 /// Line breaks would end a header: a subject or title is one line.
@@ -345,6 +417,9 @@ fn one_line(text: String) -> String {
 
 /// Renders the wording of `channel`: the merchant's override when it has one for the channel,
 /// else the plugin's. Refuses a template without that channel (`channel`) and bad `data`.
+///
+/// Rendering is bounded (see [`render`](super::render)) and waits for a place in
+/// [`render::RENDERS`]: call it on a blocking thread.
 pub fn render(
     channel: Channel,
     key: &str,
@@ -358,54 +433,39 @@ pub fn render(
     let wording = match over {
         Some(o) if pick(o) => o,
         _ if pick(&plugin) => &plugin,
-        _ => {
-            return Err(Error::invalid(
-                "channel",
-                format!("template `{key}` has no `{channel}` wording"),
-            ));
-        }
+        _ => return Err(no_wording(key, channel)),
     };
-    let env = environment();
-    let r = |path, source: &str, max| render_part(&env, path, source, data, max);
+    let parts = wording.parts();
+    let part = |path: &str| parts.iter().find(|p| p.path == path);
+    let env = render::environment();
+    let data = Value::from(minijinja::value::Serde(data));
+    let _permit = render::RENDERS.enter();
+    let r = |path: &str| -> Result<String> {
+        let part = part(path).ok_or_else(|| no_wording(key, channel))?;
+        render_part(&env, key, part, &data)
+    };
     let rendered = match channel {
-        Channel::Email => {
-            let e = wording
-                .email
-                .as_ref()
-                .ok_or_else(|| no_wording(key, channel))?;
-            Rendered {
-                subject: Some(one_line(r("email.subject", &e.subject, 255)?)),
-                body: r("email.body", &e.body, 1 << 20)?,
-                html: e
-                    .html
-                    .as_deref()
-                    .map(|h| r("email.html", h, 1 << 20))
-                    .transpose()?,
-                title: None,
-            }
-        }
-        Channel::Sms | Channel::Whatsapp => {
-            let (text, path, max) = match channel {
-                Channel::Sms => (&wording.sms, "sms.body", 1600),
-                _ => (&wording.whatsapp, "whatsapp.body", 4096),
-            };
-            let text = text.as_ref().ok_or_else(|| no_wording(key, channel))?;
-            Rendered {
-                body: r(path, &text.body, max)?,
-                ..Rendered::default()
-            }
-        }
-        Channel::Push => {
-            let p = wording
-                .push
-                .as_ref()
-                .ok_or_else(|| no_wording(key, channel))?;
-            Rendered {
-                title: Some(one_line(r("push.title", &p.title, 100)?)),
-                body: r("push.body", &p.body, 1000)?,
-                ..Rendered::default()
-            }
-        }
+        Channel::Email => Rendered {
+            subject: Some(one_line(r("email.subject")?)),
+            body: r("email.body")?,
+            html: part("email.html")
+                .map(|html| render_part(&env, key, html, &data))
+                .transpose()?,
+            title: None,
+        },
+        Channel::Sms => Rendered {
+            body: r("sms.body")?,
+            ..Rendered::default()
+        },
+        Channel::Whatsapp => Rendered {
+            body: r("whatsapp.body")?,
+            ..Rendered::default()
+        },
+        Channel::Push => Rendered {
+            title: Some(one_line(r("push.title")?)),
+            body: r("push.body")?,
+            ..Rendered::default()
+        },
         Channel::Banner | Channel::Feed => return Err(no_wording(key, channel)),
     };
     Ok(rendered)
@@ -615,6 +675,19 @@ body = "Order {{ order_id }} confirmed"
         let err =
             render(Channel::Push, "order-thanks", &template, None, &data).expect_err("no push");
         assert_eq!(err.field(), Some("channel"));
+    }
+
+    #[test]
+    fn a_stored_wording_outside_the_language_is_refused_before_it_renders() {
+        // Stored before wordings were checked for it: refused at send, without rendering.
+        let template = TemplateSource {
+            sms: Some(TextWording {
+                body: "{% for i in range(1000) %}{{ 'x' * 99999999 }}{% endfor %}".into(),
+            }),
+            ..TemplateSource::default()
+        };
+        let err = render(Channel::Sms, "bloat", &template, None, &data(&[])).expect_err("refused");
+        assert_eq!(err.field(), Some("template"));
     }
 
     #[test]

@@ -17,6 +17,7 @@ use lettre::transport::smtp::authentication::Credentials;
 use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
 use serde_json::json;
 
+use super::failure::{Failure, FailureCategory};
 use super::records::{Channel, Message, MessageStatus};
 use super::senders::{Sender, SenderSettings, SmtpSettings, SmtpTls};
 use crate::error::Result;
@@ -48,8 +49,8 @@ pub fn queue_key(due: Timestamp, store: &StoreId, id: &MessageId) -> String {
 #[derive(Debug)]
 enum Outcome {
     Sent,
-    Transient(String),
-    Permanent(String),
+    Transient(Failure),
+    Permanent(Failure),
 }
 
 /// A message claimed for one attempt.
@@ -125,10 +126,14 @@ impl Service {
                     n.status = MessageStatus::Sent;
                     n.sent_at = Some(now);
                     n.last_error = None;
+                    n.last_error_category = None;
+                    record.last_error_detail = None;
                 }
                 Some(failure @ (Outcome::Transient(e) | Outcome::Permanent(e))) => {
                     n.attempts += 1;
-                    n.last_error = Some(e.clone());
+                    n.last_error = Some(e.text());
+                    n.last_error_category = Some(e.category);
+                    record.last_error_detail = Some(e.detail.clone());
                     let retry = RETRY_DELAYS.get(n.attempts as usize - 1);
                     match (failure, retry) {
                         (Outcome::Transient(_), Some(delay)) => {
@@ -168,7 +173,8 @@ impl Service {
                         Some(sender) => Some(deliver(http, &claim.message, &sender.settings).await),
                     };
                     if let Some(Outcome::Transient(e) | Outcome::Permanent(e)) = &outcome {
-                        tracing::warn!(message = %claim.message.id(), error = %e, "sending a message failed");
+                        tracing::warn!(message = %claim.message.id(), category = ?e.category,
+                            error = %e.detail, "sending a message failed");
                     }
                     if let Err(e) = self.finish(&claim, outcome, self.now()) {
                         tracing::error!(message = %claim.message.id(), error = %e, "recording a send failed");
@@ -214,14 +220,26 @@ async fn deliver(http: &reqwest::Client, message: &Message, sender: &SenderSetti
         (_, Some(url)) if channel != Channel::Email => {
             post_to_provider(http, url, sender.auth_token.as_deref(), message).await
         }
-        _ => Outcome::Permanent(format!("the {channel} sender is misconfigured")),
+        _ => Outcome::Permanent(Failure::new(
+            FailureCategory::SenderMisconfigured,
+            None,
+            &format!("the {channel} sender has no settings for {channel}"),
+        )),
     }
+}
+
+fn misconfigured(detail: &str) -> Outcome {
+    Outcome::Permanent(Failure::new(
+        FailureCategory::SenderMisconfigured,
+        None,
+        detail,
+    ))
 }
 
 async fn send_email(smtp: &SmtpSettings, message: &Message) -> Outcome {
     let email = match build_email(&smtp.from, message) {
         Ok(email) => email,
-        Err(e) => return Outcome::Permanent(e),
+        Err(refused) => return refused,
     };
     let builder = match smtp.tls {
         SmtpTls::None => Ok(AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(
@@ -232,24 +250,52 @@ async fn send_email(smtp: &SmtpSettings, message: &Message) -> Outcome {
     };
     let mut builder = match builder {
         Ok(b) => b.port(smtp.port).timeout(Some(SEND_TIMEOUT)),
-        Err(e) => return Outcome::Permanent(format!("smtp: {e}")),
+        Err(e) => return misconfigured(&format!("smtp: {e}")),
     };
     if let (Some(user), Some(password)) = (&smtp.username, &smtp.password) {
         builder = builder.credentials(Credentials::new(user.clone(), password.clone()));
     }
     match builder.build().send(email).await {
         Ok(_) => Outcome::Sent,
-        Err(e) if e.is_permanent() => Outcome::Permanent(format!("smtp: {e}")),
-        Err(e) => Outcome::Transient(format!("smtp: {e}")),
+        Err(e) => smtp_failure(&e),
     }
 }
 
-fn build_email(from: &str, message: &Message) -> std::result::Result<lettre::Message, String> {
-    let from: Mailbox = from.parse().map_err(|e| format!("from: {e}"))?;
-    let address = message.address.as_deref().unwrap_or_default();
-    let to: Mailbox = address
+/// Sorts an SMTP error: a permanent one is not retried; the code (`SMTP 550`) is shown.
+fn smtp_failure(e: &lettre::transport::smtp::Error) -> Outcome {
+    let code = e.status().map(|c| c.to_string());
+    let detail = format!("smtp: {e}");
+    let category = match code.as_deref() {
+        // Mailbox unavailable, user not local, mailbox name not allowed.
+        Some("550" | "551" | "553") => FailureCategory::InvalidRecipient,
+        // Authentication required, or refused.
+        Some("530" | "534" | "535") => FailureCategory::SenderMisconfigured,
+        Some(_) if e.is_permanent() => FailureCategory::ProviderRejected,
+        Some(_) => FailureCategory::ProviderUnavailable,
+        None if e.is_timeout() => FailureCategory::Timeout,
+        None if e.is_tls() => FailureCategory::SenderMisconfigured,
+        None => FailureCategory::ProviderUnreachable,
+    };
+    let failure = Failure::new(category, code.map(|c| format!("SMTP {c}")), &detail);
+    if e.is_permanent() {
+        Outcome::Permanent(failure)
+    } else {
+        Outcome::Transient(failure)
+    }
+}
+
+fn build_email(from: &str, message: &Message) -> std::result::Result<lettre::Message, Outcome> {
+    let from: Mailbox = from
         .parse()
-        .map_err(|e| format!("to `{address}`: {e}"))?;
+        .map_err(|e| misconfigured(&format!("from: {e}")))?;
+    let address = message.address.as_deref().unwrap_or_default();
+    let to: Mailbox = address.parse().map_err(|e| {
+        Outcome::Permanent(Failure::new(
+            FailureCategory::InvalidRecipient,
+            None,
+            &format!("to `{address}`: {e}"),
+        ))
+    })?;
     let content = message.content.clone().unwrap_or_default();
     let domain = from.email.domain().to_owned();
     let builder = lettre::Message::builder()
@@ -261,7 +307,7 @@ fn build_email(from: &str, message: &Message) -> std::result::Result<lettre::Mes
         Some(html) => builder.multipart(MultiPart::alternative_plain_html(content.body, html)),
         None => builder.header(ContentType::TEXT_PLAIN).body(content.body),
     }
-    .map_err(|e| e.to_string())
+    .map_err(|e| misconfigured(&format!("building the email: {e}")))
 }
 
 /// The HTTP provider protocol: `POST <url>` with `{id, channel, to, body, title?, store}`,
@@ -294,15 +340,34 @@ async fn post_to_provider(
     match request.send().await {
         Ok(response) => {
             let status = response.status();
+            let failure = |category| {
+                Failure::new(
+                    category,
+                    Some(format!("HTTP {}", status.as_u16())),
+                    &format!("the provider answered {status}"),
+                )
+            };
             if status.is_success() {
                 Outcome::Sent
             } else if status.is_server_error() || status == 408 || status == 429 {
-                Outcome::Transient(format!("the provider answered {status}"))
+                Outcome::Transient(failure(FailureCategory::ProviderUnavailable))
             } else {
-                Outcome::Permanent(format!("the provider answered {status}"))
+                Outcome::Permanent(failure(FailureCategory::ProviderRejected))
             }
         }
-        Err(e) => Outcome::Transient(format!("the provider could not be reached: {e}")),
+        Err(e) => {
+            let category = if e.is_timeout() {
+                FailureCategory::Timeout
+            } else {
+                FailureCategory::ProviderUnreachable
+            };
+            // The URL is left out of the details too: its query may hold the provider's key.
+            let detail = format!(
+                "the provider could not be reached: {:#}",
+                anyhow::Error::new(e.without_url())
+            );
+            Outcome::Transient(Failure::new(category, None, &detail))
+        }
     }
 }
 

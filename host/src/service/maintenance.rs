@@ -1,7 +1,10 @@
-//! Periodic housekeeping: expired idempotency keys go. (Events, their deliveries and attempts are
-//! purged by the delivery engine, which indexes them by expiry.)
+//! Periodic housekeeping: expired idempotency keys go, and so do the outbound API's records past
+//! their retention (banners, feed cards, messages, quota counters: see
+//! [`crate::outbound::retention`]) and the host's mail after [`MAIL_RETENTION`]. (Events, their
+//! deliveries and attempts are purged by the delivery engine, which indexes them by expiry.)
 
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
+use serde::de::DeserializeOwned;
 
 use super::Service;
 use super::events::{Event, events_prefix};
@@ -10,12 +13,82 @@ use super::scopes::EventType;
 use super::stores::Store;
 use crate::error::Result;
 use crate::ids::StoreId;
+use crate::storage::Db;
+
+/// The host's mail is kept this long.
+pub const MAIL_RETENTION: SignedDuration = SignedDuration::from_hours(30 * 24);
 
 /// What one pass of housekeeping removed.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Purged {
     /// Idempotency keys past their retention.
     pub idempotency_keys: usize,
+    /// Banners, feed cards, messages and quota counters past their retention.
+    pub outbound: crate::outbound::retention::OutboundPurged,
+    /// The host's mail past [`MAIL_RETENTION`].
+    pub mail: usize,
+}
+
+/// What [`sweep`] does with a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sweep {
+    /// Not due yet.
+    Keep,
+    /// Due: remove it (and the keys `also` names).
+    Remove,
+    /// Not due, and neither is any record after it in key order: stop the scan.
+    Stop,
+}
+
+/// Removes the records under `prefix` that `decide` says are due, with the keys `also` names for
+/// each, in key order and in batches (one transaction each, which reads each record again so
+/// that one changed since the scan is decided again). Returns how many records went.
+pub fn sweep<T: DeserializeOwned>(
+    db: &Db,
+    prefix: &str,
+    decide: impl Fn(&str, &T) -> Sweep,
+    also: impl Fn(&T) -> Vec<String>,
+) -> Result<usize> {
+    const BATCH: usize = 256;
+    let mut removed = 0;
+    let mut after: Option<String> = None;
+    loop {
+        let batch: Vec<(String, T)> = db.list(prefix, after.as_deref(), false, BATCH)?;
+        let mut done = batch.len() < BATCH;
+        let mut due = Vec::new();
+        for (key, record) in &batch {
+            match decide(key, record) {
+                Sweep::Keep => {}
+                Sweep::Remove => due.push(key.as_str()),
+                Sweep::Stop => {
+                    done = true;
+                    break;
+                }
+            }
+        }
+        if !due.is_empty() {
+            removed += db.tx(|tx| {
+                let mut removed = 0;
+                for key in &due {
+                    let Some(record) = tx.read::<T>(key)? else {
+                        continue;
+                    };
+                    if decide(key, &record) == Sweep::Remove {
+                        tx.remove(key)?;
+                        for other in also(&record) {
+                            tx.remove(&other)?;
+                        }
+                        removed += 1;
+                    }
+                }
+                Ok(removed)
+            })?;
+        }
+        if done {
+            return Ok(removed);
+        }
+        after = batch.last().map(|(key, _)| key.clone());
+    }
 }
 
 impl Service {
@@ -29,9 +102,15 @@ impl Service {
             let done = stores.len() < 100;
             for (key, store) in stores {
                 purged.idempotency_keys += self.purge_idempotency_keys(&store.id, now)?;
+                let outbound = self.purge_outbound(&store.id, now)?;
+                purged.outbound.banners += outbound.banners;
+                purged.outbound.feed_cards += outbound.feed_cards;
+                purged.outbound.messages += outbound.messages;
+                purged.outbound.counters += outbound.counters;
                 after = Some(key);
             }
             if done {
+                purged.mail = self.mailer.purge(now, MAIL_RETENTION)?;
                 return Ok(purged);
             }
         }
