@@ -46,8 +46,9 @@ fn assert_error(reply: &Reply, status: u16, code: &str) {
 #[tokio::test]
 async fn a_zero_scope_installation_replaying_another_installations_key_gets_403_not_its_customer() {
     let host = TestHost::start().await;
+    // The writer may read customers too, so its own response shows the contact fields.
     let (store, writer) = host
-        .store_with_plugin("acme.example", &["customers.write"])
+        .store_with_plugin("acme.example", &["customers.read", "customers.write"])
         .await;
     host.publish("nosy", &[]).await;
     let (_, nosy) = host.install(&store, "nosy").await;

@@ -1123,3 +1123,46 @@ fn random_histories_of_an_order_keep_money_and_units_consistent() {
         })
         .unwrap_or_else(|e| panic!("{e}"));
 }
+
+#[tokio::test]
+async fn order_events_show_the_buyers_email_only_to_receivers_with_customers_read() {
+    use commerce_host_tests::receiver::Receiver;
+    let host = TestHost::start_for_webhooks(|_| {}).await;
+    let receiver = Receiver::start().await;
+    let store = host.create_store("events.example").await;
+    host.publish("orders-only", &["orders.read", "orders.write"])
+        .await;
+    host.publish("with-customers", &["orders.read", "customers.read"])
+        .await;
+    let (_, orders_only) = host.install(&store, "orders-only").await;
+    let (_, with_customers) = host.install(&store, "with-customers").await;
+    for (token, path) in [(&orders_only, "/blind"), (&with_customers, "/sees")] {
+        host.call(
+            token,
+            Method::POST,
+            "/v1/webhooks",
+            Some(json!({"url": receiver.url(path), "events": ["order.created"], "secret": "a-secret-of-16-bytes-or-more"})),
+        )
+        .await
+        .expect(201);
+    }
+    host.call(
+        &orders_only,
+        Method::POST,
+        "/v1/orders",
+        Some(json!({"currency": "EUR", "email": "buyer@example.com", "line_items": [{"title": "Tea", "unit_price": 500, "quantity": 1}]})),
+    )
+    .await
+    .expect(201);
+    let blind = receiver
+        .wait_for("/blind", 1, std::time::Duration::from_secs(5))
+        .await;
+    let sees = receiver
+        .wait_for("/sees", 1, std::time::Duration::from_secs(5))
+        .await;
+    assert_eq!(blind[0].json()["data"]["order"]["email"], Value::Null);
+    assert_eq!(
+        sees[0].json()["data"]["order"]["email"],
+        "buyer@example.com"
+    );
+}

@@ -319,6 +319,11 @@ impl Shared {
         let started = service.now();
         let outcome = match &target {
             Target::Webhook(sub) => {
+                let scopes = db
+                    .read::<Installation>(&Installation::key(&sub.store_id, &sub.installation_id))?
+                    .map(|i| i.scopes.into_iter().collect())
+                    .unwrap_or_default();
+                let event = event.for_scopes(&scopes);
                 self.webhooks
                     .send(&sub.url, &sub.secret, &event, started)
                     .await
@@ -328,6 +333,8 @@ impl Shared {
                     installation: component.installation.id.clone(),
                     depth: delivery.cause_depth.saturating_add(1),
                 };
+                let scopes = component.installation.scopes.iter().copied().collect();
+                let event = event.for_scopes(&scopes);
                 self.run_component(component, &event, cause, started).await
             }
         };

@@ -8,7 +8,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::scopes::EventType;
+use super::scopes::{EventType, Scope};
 use crate::error::Result;
 use crate::ids::{EventId, InstallationId, StoreId};
 use crate::storage::Tx;
@@ -42,6 +42,27 @@ pub struct Event {
     /// Event content (see the API docs for each type).
     #[schema(value_type = Object)]
     pub data: serde_json::Value,
+}
+
+impl Event {
+    /// The event as a receiver holding `scopes` may see it, by the rule responses follow: a
+    /// buyer's email is customer data, shown only with `customers.read` (`Order::for_actor`).
+    /// Order events of a receiver without it carry `"email": null`; the stored event is unchanged,
+    /// so a receiver that gains the scope sees the email on the next attempt or replay.
+    pub fn for_scopes(
+        &self,
+        scopes: &std::collections::BTreeSet<Scope>,
+    ) -> std::borrow::Cow<'_, Event> {
+        let has_email = self.data["order"]
+            .get("email")
+            .is_some_and(|email| !email.is_null());
+        if scopes.contains(&Scope::CustomersRead) || !has_email {
+            return std::borrow::Cow::Borrowed(self);
+        }
+        let mut event = self.clone();
+        event.data["order"]["email"] = serde_json::Value::Null;
+        std::borrow::Cow::Owned(event)
+    }
 }
 
 /// An entry of the outbox: an event the delivery engine has yet to fan out.
