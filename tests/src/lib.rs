@@ -51,6 +51,25 @@ impl Reply {
         self.body["error"]["field"].as_str().unwrap_or("")
     }
 
+    /// Panics unless this is the error object with `status` and `code`, a `req_` request id (also
+    /// in `X-Request-Id`) and a message.
+    #[track_caller]
+    pub fn assert_error(&self, status: u16, code: &str) {
+        assert_eq!(self.status, status, "body: {}", self.body);
+        assert_eq!(self.code(), code, "body: {}", self.body);
+        let request_id = self.body["error"]["request_id"].as_str().unwrap_or("");
+        assert!(request_id.starts_with("req_"), "body: {}", self.body);
+        assert_eq!(self.header("x-request-id"), Some(request_id));
+        assert!(
+            !self.body["error"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .is_empty(),
+            "body: {}",
+            self.body
+        );
+    }
+
     /// Panics with the body unless the status is `expected`.
     #[track_caller]
     pub fn expect(self, expected: u16) -> Self {
@@ -266,6 +285,20 @@ impl TestHost {
             reply.body["id"].as_str().expect("id").to_owned(),
             reply.body["token"].as_str().expect("token").to_owned(),
         )
+    }
+
+    /// Subscribes `token`'s installation to `events` at `url` (with a valid secret); returns the
+    /// subscription.
+    pub async fn subscribe(&self, token: &str, url: &str, events: &[&str]) -> Value {
+        self.call(
+            token,
+            Method::POST,
+            "/v1/webhooks",
+            Some(json!({"url": url, "events": events, "secret": "a-secret-of-16-bytes-or-more"})),
+        )
+        .await
+        .expect(201)
+        .body
     }
 
     /// A store with one external plugin installed with `scopes`; returns (store id, token).

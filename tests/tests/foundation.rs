@@ -6,45 +6,29 @@ use jiff::SignedDuration;
 use reqwest::Method;
 use serde_json::json;
 
-fn assert_error_format(reply: &Reply, status: u16, code: &str) {
-    assert_eq!(reply.status, status, "body: {}", reply.body);
-    assert_eq!(reply.code(), code, "body: {}", reply.body);
-    let request_id = reply.body["error"]["request_id"]
-        .as_str()
-        .expect("request_id");
-    assert!(request_id.starts_with("req_"), "{request_id}");
-    assert_eq!(reply.header("x-request-id"), Some(request_id));
-    assert!(
-        !reply.body["error"]["message"]
-            .as_str()
-            .unwrap_or("")
-            .is_empty()
-    );
-}
-
 #[tokio::test]
 async fn missing_malformed_unknown_and_revoked_tokens_are_401() {
     let host = TestHost::start().await;
     let reply = host.send(Method::GET, "/v1/installation", None, None).await;
-    assert_error_format(&reply, 401, "unauthorized");
+    reply.assert_error(401, "unauthorized");
 
     let reply = TestHost::read(
         host.request(Method::GET, "/v1/installation")
             .header("authorization", "Basic abc"),
     )
     .await;
-    assert_error_format(&reply, 401, "unauthorized");
+    reply.assert_error(401, "unauthorized");
 
     let reply = host
         .call("not-a-token", Method::GET, "/v1/installation", None)
         .await;
-    assert_error_format(&reply, 401, "unauthorized");
+    reply.assert_error(401, "unauthorized");
 
     let unknown = format!("chp_{}", "0".repeat(64));
     let reply = host
         .call(&unknown, Method::GET, "/v1/installation", None)
         .await;
-    assert_error_format(&reply, 401, "unauthorized");
+    reply.assert_error(401, "unauthorized");
 
     let store = host.create_store("acme.example").await;
     host.publish("tagger", &["orders.read"]).await;
@@ -62,7 +46,7 @@ async fn missing_malformed_unknown_and_revoked_tokens_are_401() {
     let reply = host
         .call(&token, Method::GET, "/v1/installation", None)
         .await;
-    assert_error_format(&reply, 401, "unauthorized");
+    reply.assert_error(401, "unauthorized");
 }
 
 #[tokio::test]
@@ -117,7 +101,7 @@ async fn install_issues_a_256_bit_token_with_exactly_the_manifest_scopes_shown_o
             Some(json!({"plugin": "tagger"})),
         )
         .await;
-    assert_error_format(&again, 409, "already_installed");
+    again.assert_error(409, "already_installed");
 }
 
 #[tokio::test]
@@ -140,7 +124,7 @@ async fn the_store_header_must_name_the_tokens_store() {
             .header("x-service-store", &other),
     )
     .await;
-    assert_error_format(&mismatch, 403, "store_mismatch");
+    mismatch.assert_error(403, "store_mismatch");
     assert_eq!(mismatch.field(), "X-Service-Store");
 
     let malformed = TestHost::read(
@@ -149,7 +133,7 @@ async fn the_store_header_must_name_the_tokens_store() {
             .header("x-service-store", "acme"),
     )
     .await;
-    assert_error_format(&malformed, 400, "validation_failed");
+    malformed.assert_error(400, "validation_failed");
     assert_eq!(malformed.field(), "X-Service-Store");
 }
 
@@ -164,7 +148,7 @@ async fn every_rejection_uses_the_error_object() {
             .body("{\"domain\": "),
     )
     .await;
-    assert_error_format(&reply, 400, "malformed_json");
+    reply.assert_error(400, "malformed_json");
 
     let reply = TestHost::read(
         admin(Method::POST, "/admin/v1/stores")
@@ -172,17 +156,17 @@ async fn every_rejection_uses_the_error_object() {
             .body("domain=x"),
     )
     .await;
-    assert_error_format(&reply, 415, "unsupported_media_type");
+    reply.assert_error(415, "unsupported_media_type");
 
     let reply = host.admin(Method::GET, "/admin/v1/nowhere", None).await;
-    assert_error_format(&reply, 404, "not_found");
+    reply.assert_error(404, "not_found");
     let reply = host.send(Method::GET, "/v1/nowhere", None, None).await;
-    assert_error_format(&reply, 404, "not_found");
+    reply.assert_error(404, "not_found");
 
     let reply = host
         .admin(Method::PUT, "/admin/v1/stores", Some(json!({})))
         .await;
-    assert_error_format(&reply, 405, "method_not_allowed");
+    reply.assert_error(405, "method_not_allowed");
 
     let huge = format!("{{\"domain\": \"{}\"}}", "a".repeat(17 * 1024 * 1024));
     let reply = TestHost::read(
@@ -191,18 +175,18 @@ async fn every_rejection_uses_the_error_object() {
             .body(huge),
     )
     .await;
-    assert_error_format(&reply, 413, "payload_too_large");
+    reply.assert_error(413, "payload_too_large");
 
     let reply = host
         .admin(Method::POST, "/admin/v1/stores", Some(json!({})))
         .await;
-    assert_error_format(&reply, 400, "validation_failed");
+    reply.assert_error(400, "validation_failed");
     assert_eq!(reply.field(), "domain");
 
     let reply = host
         .admin(Method::POST, "/admin/v1/stores", Some(json!({"domain": 7})))
         .await;
-    assert_error_format(&reply, 400, "validation_failed");
+    reply.assert_error(400, "validation_failed");
     assert_eq!(reply.field(), "domain");
 
     let reply = host
@@ -212,13 +196,13 @@ async fn every_rejection_uses_the_error_object() {
             Some(json!({"domain": "Not A Domain"})),
         )
         .await;
-    assert_error_format(&reply, 400, "validation_failed");
+    reply.assert_error(400, "validation_failed");
     assert_eq!(reply.field(), "domain");
 
     let reply = host
         .admin(Method::GET, "/admin/v1/stores/store_doesnotexist", None)
         .await;
-    assert_error_format(&reply, 404, "not_found");
+    reply.assert_error(404, "not_found");
 
     let reply = host
         .send(
@@ -228,7 +212,7 @@ async fn every_rejection_uses_the_error_object() {
             None,
         )
         .await;
-    assert_error_format(&reply, 401, "unauthorized");
+    reply.assert_error(401, "unauthorized");
 }
 
 #[tokio::test]
@@ -265,7 +249,7 @@ async fn manifests_are_validated_field_by_field() {
                 Some(json!({ "manifest": bad })),
             )
             .await;
-        assert_error_format(&reply, 400, "validation_failed");
+        reply.assert_error(400, "validation_failed");
         assert_eq!(reply.field(), field, "body: {}", reply.body);
     }
     host.admin(
@@ -283,7 +267,7 @@ async fn manifests_are_validated_field_by_field() {
             Some(json!({ "manifest": manifest })),
         )
         .await;
-    assert_error_format(&reply, 409, "version_not_newer");
+    reply.assert_error(409, "version_not_newer");
 }
 
 async fn hit(host: &TestHost, token: &str) -> Reply {
@@ -304,7 +288,7 @@ async fn rate_limit_allows_a_burst_of_120_then_refills_at_60_per_second() {
         assert_eq!(reply.header("x-ratelimit-reset"), Some("60"));
     }
     let refused = hit(&host, &token).await;
-    assert_error_format(&refused, 429, "rate_limited");
+    refused.assert_error(429, "rate_limited");
     assert_eq!(refused.header("retry-after"), Some("1"));
     assert_eq!(refused.header("x-ratelimit-remaining"), Some("0"));
 
@@ -342,7 +326,7 @@ async fn rate_limit_caps_a_minute_at_600_and_is_shared_by_the_stores_installatio
     // 19 s into the minute: the bucket has refilled but the minute is used up.
     host.clock.advance(SignedDuration::from_secs(1));
     let refused = hit(&host, &one).await;
-    assert_error_format(&refused, 429, "rate_limited");
+    refused.assert_error(429, "rate_limited");
     assert_eq!(refused.header("retry-after"), Some("40"));
     assert_eq!(refused.header("x-ratelimit-reset"), Some("40"));
     assert_eq!(
@@ -379,7 +363,7 @@ async fn the_operator_can_change_a_stores_limits() {
             Some(json!({"rate_limits": {"requests_per_second": 0}})),
         )
         .await;
-    assert_error_format(&bad, 400, "validation_failed");
+    bad.assert_error(400, "validation_failed");
     assert_eq!(bad.field(), "rate_limits.requests_per_second");
 }
 
@@ -433,7 +417,7 @@ async fn pages_cover_every_item_once_and_cursors_cannot_be_forged() {
             None,
         )
         .await;
-    assert_error_format(&reply, 400, "validation_failed");
+    reply.assert_error(400, "validation_failed");
     assert_eq!(reply.field(), "cursor");
 
     // A cursor of one list is refused by another.
@@ -450,7 +434,7 @@ async fn pages_cover_every_item_once_and_cursors_cannot_be_forged() {
         let reply = host
             .admin(Method::GET, &format!("/admin/v1/stores?limit={bad}"), None)
             .await;
-        assert_error_format(&reply, 400, "validation_failed");
+        reply.assert_error(400, "validation_failed");
         assert_eq!(reply.field(), "limit");
     }
     let all = host
@@ -545,7 +529,7 @@ async fn the_merchant_configures_a_plugin_and_plugin_configured_fires() {
     let bad = host
         .admin(Method::PUT, &path, Some(json!({"settings": [1, 2]})))
         .await;
-    assert_error_format(&bad, 400, "validation_failed");
+    bad.assert_error(400, "validation_failed");
     assert_eq!(bad.field(), "settings");
     assert_eq!(host.events(&store, "plugin.installed").await.len(), 1);
 }

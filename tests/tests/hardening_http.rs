@@ -26,19 +26,6 @@ async fn post_with_key(host: &TestHost, token: &str, path: &str, key: &str, body
     .await
 }
 
-fn assert_error(reply: &Reply, status: u16, code: &str) {
-    assert_eq!(reply.status, status, "body: {}", reply.body);
-    assert_eq!(reply.code(), code, "body: {}", reply.body);
-    let request_id = reply.body["error"]["request_id"].as_str().unwrap_or("");
-    assert!(request_id.starts_with("req_"), "body: {}", reply.body);
-    assert!(
-        !reply.body["error"]["message"]
-            .as_str()
-            .unwrap_or("")
-            .is_empty()
-    );
-}
-
 // ---------------------------------------------------------------------------------------------
 // Idempotency-Key
 // ---------------------------------------------------------------------------------------------
@@ -60,7 +47,7 @@ async fn a_zero_scope_installation_replaying_another_installations_key_gets_403_
     assert_eq!(created.body["email"], "ann@buyer.example");
 
     let stolen = post_with_key(&host, &nosy, "/v1/customers", "cust-1", body).await;
-    assert_error(&stolen, 403, "missing_scope");
+    stolen.assert_error(403, "missing_scope");
     assert!(stolen.header("idempotent-replayed").is_none());
     assert!(!stolen.body.to_string().contains("ann@buyer.example"));
     assert!(!stolen.body.to_string().contains("+14155550123"));
@@ -82,7 +69,7 @@ async fn idempotency_keys_belong_to_the_installation_not_the_store() {
     // The other installation's request with the same key and body runs as its own request (and
     // meets the first one's customer), rather than receiving the first one's response.
     let own = post_with_key(&host, &second, "/v1/customers", "same-key", body).await;
-    assert_error(&own, 409, "email_taken");
+    own.assert_error(409, "email_taken");
     assert!(own.header("idempotent-replayed").is_none());
     // Each installation still replays its own.
     let again = post_with_key(&host, &first, "/v1/customers", "same-key", body)
@@ -90,7 +77,7 @@ async fn idempotency_keys_belong_to_the_installation_not_the_store() {
         .expect(201);
     assert_eq!(again.header("idempotent-replayed"), Some("true"));
     let again = post_with_key(&host, &second, "/v1/customers", "same-key", body).await;
-    assert_error(&again, 409, "email_taken");
+    again.assert_error(409, "email_taken");
     assert_eq!(again.header("idempotent-replayed"), Some("true"));
 }
 
@@ -108,7 +95,7 @@ async fn failed_authentication_and_a_foreign_store_header_are_answered_before_an
 
     let unknown = format!("chp_{}", "0".repeat(64));
     let reply = post_with_key(&host, &unknown, "/v1/customers", "k-1", body).await;
-    assert_error(&reply, 401, "unauthorized");
+    reply.assert_error(401, "unauthorized");
 
     let reply = TestHost::read(
         host.request(Method::POST, "/v1/customers")
@@ -119,7 +106,7 @@ async fn failed_authentication_and_a_foreign_store_header_are_answered_before_an
             .body(body.to_vec()),
     )
     .await;
-    assert_error(&reply, 403, "store_mismatch");
+    reply.assert_error(403, "store_mismatch");
     assert!(reply.header("idempotent-replayed").is_none());
 }
 
@@ -189,7 +176,7 @@ async fn every_v1_post_honours_the_idempotency_key_behind_its_scope() {
         let other = post_with_key(&host, &scopeless, &path, &key, br#"{"probe":1}"#).await;
         assert!(other.header("idempotent-replayed").is_none(), "{path}");
         if let Some(scope) = scope {
-            assert_error(&other, 403, "missing_scope");
+            other.assert_error(403, "missing_scope");
             assert!(
                 other.body["error"]["message"]
                     .as_str()
@@ -271,13 +258,13 @@ async fn failed_authentication_is_limited_per_address_and_answered_429_with_retr
                     .await
             }
         };
-        assert_error(&reply, 401, "unauthorized");
+        reply.assert_error(401, "unauthorized");
     }
     // The 21st is refused before its token is looked at, whatever the token.
     let limited = host
         .call(&unknown, Method::GET, "/v1/installation", None)
         .await;
-    assert_error(&limited, 429, "rate_limited");
+    limited.assert_error(429, "rate_limited");
     assert_eq!(limited.header("retry-after"), Some("1"));
     assert!(
         limited.body["error"]["message"]
@@ -288,29 +275,29 @@ async fn failed_authentication_is_limited_per_address_and_answered_429_with_retr
     let valid = host
         .call(&token, Method::GET, "/v1/installation", None)
         .await;
-    assert_error(&valid, 429, "rate_limited");
+    valid.assert_error(429, "rate_limited");
     let admin = host.admin(Method::GET, "/admin/v1/stores", None).await;
-    assert_error(&admin, 429, "rate_limited");
+    admin.assert_error(429, "rate_limited");
 
     // 10 failures per second come back: one after 100 ms.
     host.clock.advance(SignedDuration::from_millis(99));
     let still = host
         .call(&token, Method::GET, "/v1/installation", None)
         .await;
-    assert_error(&still, 429, "rate_limited");
+    still.assert_error(429, "rate_limited");
     host.clock.advance(SignedDuration::from_millis(1));
     host.call(&token, Method::GET, "/v1/installation", None)
         .await
         .expect(200);
     let failed = host.send(Method::GET, "/v1/installation", None, None).await;
-    assert_error(&failed, 401, "unauthorized");
+    failed.assert_error(401, "unauthorized");
     let limited = host.send(Method::GET, "/v1/installation", None, None).await;
-    assert_error(&limited, 429, "rate_limited");
+    limited.assert_error(429, "rate_limited");
     // After two seconds the address has its full allowance again.
     host.clock.advance(SignedDuration::from_secs(2));
     for _ in 0..20 {
         let reply = host.send(Method::GET, "/v1/installation", None, None).await;
-        assert_error(&reply, 401, "unauthorized");
+        reply.assert_error(401, "unauthorized");
     }
 }
 
@@ -330,7 +317,7 @@ async fn oversized_request_headers_get_431_with_the_error_object() {
             .header("x-big", "a".repeat(64 * 1024)),
     )
     .await;
-    assert_error(&big, 431, "headers_too_large");
+    big.assert_error(431, "headers_too_large");
     assert_eq!(
         big.header("x-request-id"),
         big.body["error"]["request_id"].as_str()
@@ -344,7 +331,7 @@ async fn oversized_request_headers_get_431_with_the_error_object() {
         many = many.header(format!("x-h-{i}"), "v");
     }
     let many = TestHost::read(many).await;
-    assert_error(&many, 431, "headers_too_large");
+    many.assert_error(431, "headers_too_large");
 
     // Without a token, too: the limit comes first.
     let anonymous = TestHost::read(
@@ -352,7 +339,7 @@ async fn oversized_request_headers_get_431_with_the_error_object() {
             .header("cookie", "c".repeat(40 * 1024)),
     )
     .await;
-    assert_error(&anonymous, 431, "headers_too_large");
+    anonymous.assert_error(431, "headers_too_large");
 
     // Headers within the limits are served as usual.
     TestHost::read(

@@ -1137,14 +1137,8 @@ async fn order_events_show_the_buyers_email_only_to_receivers_with_customers_rea
     let (_, orders_only) = host.install(&store, "orders-only").await;
     let (_, with_customers) = host.install(&store, "with-customers").await;
     for (token, path) in [(&orders_only, "/blind"), (&with_customers, "/sees")] {
-        host.call(
-            token,
-            Method::POST,
-            "/v1/webhooks",
-            Some(json!({"url": receiver.url(path), "events": ["order.created"], "secret": "a-secret-of-16-bytes-or-more"})),
-        )
-        .await
-        .expect(201);
+        host.subscribe(token, &receiver.url(path), &["order.created"])
+            .await;
     }
     host.call(
         &orders_only,

@@ -143,14 +143,8 @@ async fn sleeping_components_in_eight_stores_do_not_hold_up_webhooks() {
 
     let receiver = Receiver::start().await;
     let (_, token) = host.store_with_plugin("awake.example", &ALL_SCOPES).await;
-    host.call(
-        &token,
-        Method::POST,
-        "/v1/webhooks",
-        Some(json!({"url": receiver.url("/hook"), "events": ["customer.created"], "secret": "a-secret-of-16-bytes-or-more"})),
-    )
-    .await
-    .expect(201);
+    host.subscribe(&token, &receiver.url("/hook"), &["customer.created"])
+        .await;
     host.call(
         &token,
         Method::POST,
@@ -414,14 +408,12 @@ async fn slow_receivers_of_one_plugin_leave_the_engine_to_another_store() {
     // subscription would be 160, more than the engine's 64.
     let (_, slow) = host.store_with_plugin("slow.example", &ALL_SCOPES).await;
     for n in 0..20 {
-        host.call(
+        host.subscribe(
             &slow,
-            Method::POST,
-            "/v1/webhooks",
-            Some(json!({"url": receiver.url(&format!("/slow?{n}")), "events": ["customer.created"], "secret": "a-secret-of-16-bytes-or-more"})),
+            &receiver.url(&format!("/slow?{n}")),
+            &["customer.created"],
         )
-        .await
-        .expect(201);
+        .await;
     }
     for n in 0..10 {
         host.call(
@@ -436,14 +428,8 @@ async fn slow_receivers_of_one_plugin_leave_the_engine_to_another_store() {
     receiver.wait_for("/slow", 16, Duration::from_secs(5)).await;
 
     let (_, fast) = host.store_with_plugin("fast.example", &ALL_SCOPES).await;
-    host.call(
-        &fast,
-        Method::POST,
-        "/v1/webhooks",
-        Some(json!({"url": receiver.url("/fast"), "events": ["customer.created"], "secret": "a-secret-of-16-bytes-or-more"})),
-    )
-    .await
-    .expect(201);
+    host.subscribe(&fast, &receiver.url("/fast"), &["customer.created"])
+        .await;
     host.call(
         &fast,
         Method::POST,
