@@ -62,6 +62,12 @@ use subtle::ConstantTimeEq;
 pub const TIMESTAMP_HEADER: &str = "x-service-timestamp";
 /// Name of the signature header.
 pub const SIGNATURE_HEADER: &str = "x-service-signature";
+/// Name of the header that, for 24 hours after the subscription's secret was rotated
+/// (`POST /v1/webhooks/{id}/rotate-secret`), carries the same signature keyed with the replaced
+/// secret. See [`verify_rotating`].
+pub const PREVIOUS_SIGNATURE_HEADER: &str = "x-service-signature-previous";
+/// Name of the header set to `true` on a test delivery (`POST /v1/webhooks/{id}/test`).
+pub const TEST_HEADER: &str = "x-service-test";
 /// Name of the event id header, for deduplication.
 pub const EVENT_ID_HEADER: &str = "x-service-event-id";
 /// How far the timestamp may be from now, in seconds, in either direction.
@@ -168,6 +174,38 @@ pub fn verify(
         Ok(())
     } else {
         Err(VerifyError::BadSignature)
+    }
+}
+
+/// Like [`verify`], but also accepts a request whose `X-Service-Signature-Previous` header
+/// (`previous_signature`) matches `secret`: during the 24 hours after a secret rotation, a
+/// receiver that still holds the old secret keeps accepting deliveries, and one that already
+/// holds the new secret accepts them through `X-Service-Signature`.
+///
+/// ```
+/// use commerce_guest_sdk::webhook::{sign, verify_rotating, VerifyError};
+///
+/// let body = br#"{"id":"evt_01"}"#;
+/// let new = sign("new-secret-0123456789", 1_700_000_000, body);
+/// let old = sign("old-secret-0123456789", 1_700_000_000, body);
+/// let check = |secret| verify_rotating(secret, Some("1700000000"), Some(&new), Some(&old), body, 1_700_000_000);
+/// assert_eq!(check("new-secret-0123456789"), Ok(()));
+/// assert_eq!(check("old-secret-0123456789"), Ok(()));
+/// assert_eq!(check("other-secret-0123456"), Err(VerifyError::BadSignature));
+/// ```
+pub fn verify_rotating(
+    secret: &str,
+    timestamp: Option<&str>,
+    signature: Option<&str>,
+    previous_signature: Option<&str>,
+    raw_body: &[u8],
+    now: i64,
+) -> Result<(), VerifyError> {
+    match verify(secret, timestamp, signature, raw_body, now) {
+        Err(VerifyError::BadSignature) if previous_signature.is_some() => {
+            verify(secret, timestamp, previous_signature, raw_body, now)
+        }
+        other => other,
     }
 }
 

@@ -55,10 +55,6 @@ pub async fn run(
         config.plugin_runtime.clone(),
         config.plugin_limits.clone(),
     )?);
-    let app = http::router(http::AppState {
-        service: service.clone(),
-        plugins: plugins.clone(),
-    });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let maintenance = tokio::spawn(maintenance_loop(
         service.clone(),
@@ -68,9 +64,14 @@ pub async fn run(
     let engine = delivery::Engine::start(
         service.clone(),
         delivery::EngineConfig::from(&config),
-        Some(plugins),
+        Some(plugins.clone()),
     )
     .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    let app = http::router(http::AppState {
+        service: service.clone(),
+        plugins: plugins.clone(),
+        engine_alive: engine.alive(),
+    });
     let messages = tokio::spawn(outbound::worker::run(
         service.clone(),
         config.message_poll_interval,

@@ -125,6 +125,9 @@ const V1_POSTS: &[(&str, Option<&str>)] = &[
     ("/v1/webhooks", None),
     ("/v1/webhooks/{id}/resume", None),
     ("/v1/webhooks/{id}/replay", None),
+    ("/v1/webhooks/{id}/test", None),
+    ("/v1/webhooks/{id}/deliveries/{event_id}/resend", None),
+    ("/v1/webhooks/{id}/rotate-secret", None),
 ];
 
 #[tokio::test]

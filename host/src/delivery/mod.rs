@@ -18,6 +18,7 @@ pub mod target;
 pub mod webhook;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -87,6 +88,24 @@ impl From<&crate::Config> for EngineConfig {
 pub struct Engine {
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
+    alive: Arc<AtomicBool>,
+}
+
+/// Sets the engine's liveness flag while its task runs, and clears it when the task ends (a
+/// return, or a panic unwinding through it).
+struct AliveGuard(Arc<AtomicBool>);
+
+impl AliveGuard {
+    fn new(flag: Arc<AtomicBool>) -> Self {
+        flag.store(true, Ordering::SeqCst);
+        Self(flag)
+    }
+}
+
+impl Drop for AliveGuard {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
 }
 
 struct Shared {
@@ -116,8 +135,18 @@ impl Engine {
             owners: Mutex::default(),
         });
         let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(run(shared, config, stopped));
-        Ok(Self { stop, task })
+        let alive = Arc::new(AtomicBool::new(false));
+        let guard = AliveGuard::new(alive.clone());
+        let task = tokio::spawn(async move {
+            let _guard = guard;
+            run(shared, config, stopped).await;
+        });
+        Ok(Self { stop, task, alive })
+    }
+
+    /// A cheap liveness signal: true while the engine's task runs (what `GET /readyz` reads).
+    pub fn alive(&self) -> Arc<AtomicBool> {
+        self.alive.clone()
     }
 
     /// Stops taking work, waits until `deadline` for the attempts in flight (each bounded by its
@@ -304,7 +333,12 @@ impl Shared {
         let Some(delivery) = queue::claim(db, due_key, entry)? else {
             return Ok(());
         };
-        let Some(event) = service.stored_event(&entry.store_id, &entry.event_id)? else {
+        let stored = if delivery.test {
+            db.read(&records::test_event_key(&entry.store_id, &entry.event_id))?
+        } else {
+            service.stored_event(&entry.store_id, &entry.event_id)?
+        };
+        let Some(event) = stored else {
             return queue::fail_unsent(db, due_key, entry, "the event expired");
         };
         let target = match target::load(db, &entry.store_id, &entry.target, &event)? {
@@ -324,9 +358,12 @@ impl Shared {
                     .map(|i| i.scopes.into_iter().collect())
                     .unwrap_or_default();
                 let event = event.for_scopes(&scopes);
-                self.webhooks
-                    .send(&sub.url, &sub.secret, &event, started)
-                    .await
+                let signing = webhook::Signing {
+                    secret: &sub.secret,
+                    previous_secret: sub.previous_secret_at(started),
+                    test: delivery.test,
+                };
+                self.webhooks.send(&sub.url, signing, &event, started).await
             }
             Target::Component(component) => {
                 let cause = Cause {

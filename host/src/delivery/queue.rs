@@ -12,7 +12,7 @@ use jiff::{SignedDuration, Timestamp};
 
 use super::records::{
     Attempt, Delivery, DeliveryStatus, DueEntry, EXPIRY_PREFIX, Expiry, RETENTION, RETRY_SCHEDULE,
-    TargetRef, attempt_key, delivery_key, expiry_key, expiry_ms_of, millis,
+    TargetRef, attempt_key, delivery_key, expiry_key, expiry_ms_of, millis, test_event_key,
 };
 use super::target::{self, Target};
 use super::webhook::Outcome;
@@ -82,6 +82,7 @@ pub fn fan_out(db: &Db, now: Timestamp, limit: usize) -> Result<usize> {
                     replays: 0,
                     attempt_ids: Vec::new(),
                     cause_depth: entry.cause.as_ref().map_or(0, |c| c.depth),
+                    test: false,
                 };
                 if active {
                     enqueue(tx, &mut delivery, now)?;
@@ -102,6 +103,7 @@ pub fn fan_out(db: &Db, now: Timestamp, limit: usize) -> Result<usize> {
                     store_id: event.store.id.clone(),
                     event_id: event.id.clone(),
                     targets,
+                    test: false,
                 },
             )
         })?;
@@ -203,13 +205,23 @@ pub fn record_attempt(
     Ok(paused)
 }
 
-/// Queues a failed delivery again with a fresh schedule. Returns whether it was failed.
-pub fn requeue(tx: &mut Tx<'_>, key: &str, now: Timestamp) -> Result<bool> {
+/// Queues a delivery whose status `accept` takes again, due `now`, with a fresh schedule. A
+/// pending one is moved (its queue entry replaced, never duplicated). Returns whether it was
+/// queued.
+pub fn requeue(
+    tx: &mut Tx<'_>,
+    key: &str,
+    now: Timestamp,
+    accept: impl Fn(DeliveryStatus) -> bool,
+) -> Result<bool> {
     let Some(mut d) = tx.read::<Delivery>(key)? else {
         return Ok(false);
     };
-    if d.status != DeliveryStatus::Failed {
+    if !accept(d.status) {
         return Ok(false);
+    }
+    if let Some(at) = d.next_attempt_at.take() {
+        tx.remove(&d.due_key(at))?;
     }
     d.status = DeliveryStatus::Pending;
     d.retries = 0;
@@ -232,6 +244,9 @@ pub fn purge(db: &Db, now: Timestamp, limit: usize) -> Result<usize> {
         }
         db.tx_relaxed(|tx| {
             tx.remove(&event_key(&expiry.store_id, &expiry.event_id))?;
+            if expiry.test {
+                tx.remove(&test_event_key(&expiry.store_id, &expiry.event_id))?;
+            }
             for target in &expiry.targets {
                 purge_delivery(tx, &expiry, target)?;
             }
@@ -254,4 +269,49 @@ fn purge_delivery(tx: &mut Tx<'_>, expiry: &Expiry, target: &TargetRef) -> Resul
         tx.remove(&d.due_key(at))?;
     }
     tx.remove(&key)
+}
+
+/// Queues a test delivery of `event` (already built) to one webhook subscription, due `now`: the
+/// event is kept under its test key (not in the event log, never fanned out) and expires with the
+/// usual retention. Returns the delivery.
+pub fn enqueue_test(
+    tx: &mut Tx<'_>,
+    event: &Event,
+    target: &TargetRef,
+    now: Timestamp,
+) -> Result<Delivery> {
+    tx.write(&test_event_key(&event.store.id, &event.id), event)?;
+    let mut delivery = Delivery {
+        id: DeliveryId::generate(now),
+        store_id: event.store.id.clone(),
+        target: target.clone(),
+        event_id: event.id.clone(),
+        event_type: event.kind,
+        event_created_at: event.created_at,
+        status: DeliveryStatus::Pending,
+        attempts: 0,
+        retries: 0,
+        next_attempt_at: None,
+        failure: None,
+        replays: 0,
+        attempt_ids: Vec::new(),
+        cause_depth: 0,
+        test: true,
+    };
+    enqueue(tx, &mut delivery, now)?;
+    tx.write(&delivery.key(), &delivery)?;
+    tx.write(
+        &expiry_key(
+            later(event.created_at, RETENTION)?,
+            &event.store.id,
+            &event.id,
+        ),
+        &Expiry {
+            store_id: event.store.id.clone(),
+            event_id: event.id.clone(),
+            targets: vec![target.clone()],
+            test: true,
+        },
+    )?;
+    Ok(delivery)
 }

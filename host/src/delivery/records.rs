@@ -104,6 +104,10 @@ pub struct Delivery {
     /// what a component's changes while handling it are marked with, plus one.
     #[serde(default)]
     pub cause_depth: u8,
+    /// A test delivery (`POST /v1/webhooks/{id}/test`): a synthetic event sent to this
+    /// subscription only, with `X-Service-Test: true`.
+    #[serde(default)]
+    pub test: bool,
 }
 
 impl Delivery {
@@ -170,6 +174,15 @@ pub struct Expiry {
     pub event_id: EventId,
     /// The targets it was fanned out to.
     pub targets: Vec<TargetRef>,
+    /// A test event (kept under [`test_event_key`], not in the store's event log).
+    #[serde(default)]
+    pub test: bool,
+}
+
+/// Key of a test event: kept apart from the store's events, so that it is neither in the
+/// operator's event log nor fanned out.
+pub fn test_event_key(store: &StoreId, event: &EventId) -> String {
+    format!("evt-test/{store}/{event}")
 }
 
 /// Milliseconds since the epoch, as the queue keys hold them.

@@ -16,6 +16,11 @@ use crate::service::events::Event;
 pub const TIMESTAMP_HEADER: &str = "x-service-timestamp";
 /// Lowercase hex HMAC-SHA256 of `<timestamp>.<raw body>`, keyed with the subscription's secret.
 pub const SIGNATURE_HEADER: &str = "x-service-signature";
+/// During the 24 hours after a secret rotation: the same signature keyed with the previous
+/// secret, so receivers can switch secrets without missing a delivery.
+pub const PREVIOUS_SIGNATURE_HEADER: &str = "x-service-signature-previous";
+/// `true` on a test delivery (`POST /v1/webhooks/{id}/test`); absent otherwise.
+pub const TEST_HEADER: &str = "x-service-test";
 /// The event id (`evt_…`): the same on every attempt and replay, for deduplication.
 pub const EVENT_ID_HEADER: &str = "x-service-event-id";
 /// The event type (`order.paid`), so a receiver can route before parsing.
@@ -76,6 +81,17 @@ impl Outcome {
     }
 }
 
+/// How a webhook request is signed and marked.
+#[derive(Debug, Clone, Copy)]
+pub struct Signing<'a> {
+    /// The subscription's secret: `X-Service-Signature`.
+    pub secret: &'a str,
+    /// The secret it replaced, within 24 hours of a rotation: `X-Service-Signature-Previous`.
+    pub previous_secret: Option<&'a str>,
+    /// A test delivery: `X-Service-Test: true`.
+    pub test: bool,
+}
+
 /// Sends webhook requests: no redirects followed, a timeout, names resolved through the network
 /// policy, and never through a proxy.
 #[derive(Debug, Clone)]
@@ -112,8 +128,15 @@ impl WebhookSender {
         })
     }
 
-    /// POSTs `event` to `url`, signed with `secret` at `now`.
-    pub async fn send(&self, url: &str, secret: &str, event: &Event, now: Timestamp) -> Outcome {
+    /// POSTs `event` to `url`, signed with `secret` at `now` (and also with `previous_secret`,
+    /// in its own header, when given); a `test` delivery carries `X-Service-Test: true`.
+    pub async fn send(
+        &self,
+        url: &str,
+        signing: Signing<'_>,
+        event: &Event,
+        now: Timestamp,
+    ) -> Outcome {
         let url = match Url::parse(url) {
             Ok(url) => url,
             Err(e) => return Outcome::unsent(now, format!("bad URL: {e}")),
@@ -126,11 +149,19 @@ impl WebhookSender {
             Err(e) => return Outcome::unsent(now, format!("encoding the event: {e}")),
         };
         let timestamp = now.as_second();
-        let signature = sign(secret.as_bytes(), timestamp, &body);
+        let signature = sign(signing.secret.as_bytes(), timestamp, &body);
         let started = Instant::now();
-        let result = self
-            .client
-            .post(url)
+        let mut request = self.client.post(url);
+        if let Some(previous) = signing.previous_secret {
+            request = request.header(
+                PREVIOUS_SIGNATURE_HEADER,
+                sign(previous.as_bytes(), timestamp, &body),
+            );
+        }
+        if signing.test {
+            request = request.header(TEST_HEADER, "true");
+        }
+        let result = request
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .header(TIMESTAMP_HEADER, timestamp.to_string())
             .header(SIGNATURE_HEADER, signature)

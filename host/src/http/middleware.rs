@@ -254,6 +254,7 @@ mod tests {
         let state = AppState {
             service,
             plugins: Arc::new(plugins),
+            engine_alive: Arc::default(),
         };
         let app = Router::new()
             .route(

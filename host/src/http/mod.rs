@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod customers;
 pub mod extract;
+pub mod health;
 pub mod idempotency;
 pub mod middleware;
 pub mod notifications;
@@ -32,6 +33,9 @@ pub struct AppState {
     pub service: Service,
     /// The component runtime (publishing compiles components).
     pub plugins: crate::plugins::SharedPlugins,
+    /// True while the delivery engine's task runs (see `delivery::Engine::alive`); what
+    /// `GET /readyz` reports as `engine`.
+    pub engine_alive: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The whole route table.
@@ -73,7 +77,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .nest("/v1", v1)
         .nest("/admin/v1", admin)
-        .route("/healthz", get(|| async { "ok" }))
+        .merge(health::router())
         .fallback(|uri: axum::http::Uri| async move { Error::NoRoute(uri.path().to_owned()) })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn(serve::header_limits))

@@ -3,7 +3,7 @@
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{admin, customers, middleware, notifications, orders, products, v1, webhooks};
+use super::{admin, customers, health, middleware, notifications, orders, products, v1, webhooks};
 
 /// The API description.
 #[derive(OpenApi)]
@@ -29,6 +29,7 @@ plugin's `contact_email` is mailed. Delivery is at least once and unordered. Eve
 kept 30 days from the event, then purged."
     ),
     paths(
+        health::healthz, health::readyz,
         v1::current_installation,
         orders::list_orders, orders::get_order, orders::create_order, orders::update_order,
         orders::fulfill, orders::refund, orders::complete, orders::cancel,
@@ -40,7 +41,8 @@ kept 30 days from the event, then purged."
         admin::resume_component, admin::replay_component, admin::component_attempts,
         webhooks::create_webhook, webhooks::list_webhooks, webhooks::get_webhook,
         webhooks::update_webhook, webhooks::delete_webhook, webhooks::resume_webhook,
-        webhooks::replay_webhook, webhooks::list_attempts, webhooks::list_deliveries,
+        webhooks::replay_webhook, webhooks::send_test_event, webhooks::resend_delivery,
+        webhooks::rotate_secret, webhooks::list_attempts, webhooks::list_deliveries,
         admin::create_store, admin::list_stores, admin::get_store, admin::update_store,
         admin::publish_plugin, admin::list_plugins, admin::get_plugin,
         admin::install, admin::list_installations, admin::get_installation, admin::uninstall,
@@ -56,6 +58,7 @@ kept 30 days from the event, then purged."
         crate::service::events::Event, crate::service::scopes::EventType)),
     modifiers(&Security),
     tags(
+        (name = "health", description = "Probes: `/healthz` (process up) and `/readyz` (storage answers, delivery engine runs). No token, no rate limit."),
         (name = "installation", description = "The calling installation"),
         (name = "orders", description = "Orders: `status` draft → open → cancelled; `financial_status` pending → paid → partially_refunded → refunded; `fulfillment_status` unfulfilled → partially_fulfilled → fulfilled. Illegal transitions are 409 with a code."),
         (name = "products", description = "Products, variants and stock. Prices are positive integers in minor units with an ISO 4217 currency."),

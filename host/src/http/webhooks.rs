@@ -17,7 +17,8 @@ use crate::error::Result;
 use crate::ids::WebhookId;
 use crate::service::pagination::{Page, PageParams, PageRequest};
 use crate::service::webhooks::{
-    DeliveryFilter, NewWebhook, ReplayRequest, ReplayResult, Webhook, WebhookPatch,
+    DeliveryFilter, NewWebhook, ReplayRequest, ReplayResult, RotateSecret, SecretRotated,
+    TestEventRequest, Webhook, WebhookPatch,
 };
 
 /// The webhook routes.
@@ -32,6 +33,12 @@ pub fn router() -> Router<AppState> {
         )
         .route("/webhooks/{id}/resume", post(resume_webhook))
         .route("/webhooks/{id}/replay", post(replay_webhook))
+        .route("/webhooks/{id}/test", post(send_test_event))
+        .route(
+            "/webhooks/{id}/deliveries/{event_id}/resend",
+            post(resend_delivery),
+        )
+        .route("/webhooks/{id}/rotate-secret", post(rotate_secret))
         .route("/webhooks/{id}/attempts", get(list_attempts))
         .route("/webhooks/{id}/deliveries", get(list_deliveries))
 }
@@ -137,11 +144,13 @@ pub async fn resume_webhook(
     Ok(axum::Json(app.service.resume_webhook(&actor, &id)?))
 }
 
-/// Re-send failed events (kept 30 days): `{"event_id": "evt_…"}` for one, or
-/// `{"since": "<RFC 3339>"}` for every failed event since then. Each is queued at once with a
-/// fresh retry schedule. 202 with the number queued; 404 when the event has no delivery to this
-/// subscription (or expired); 409 `delivery_not_failed` when that delivery has not failed; 409
-/// `webhook_paused` while the subscription is paused (resume it first).
+/// Re-send failed and pending events (kept 30 days): `{"event_id": "evt_…"}` for one, or
+/// `{"since": "<RFC 3339>"}` for every failed or pending event since then. Each is attempted at
+/// once with a fresh retry schedule; a pending one (waiting for a retry) is moved to now, not
+/// duplicated; succeeded ones are left alone. 202 with the number queued; 404 when the event has
+/// no delivery to this subscription (or expired); 409 `delivery_not_failed` when that delivery
+/// succeeded (use `…/deliveries/{event_id}/resend`); 409 `webhook_paused` while the subscription
+/// is paused (resume it first).
 #[utoipa::path(post, path = "/v1/webhooks/{id}/replay", tag = "webhooks", request_body = ReplayRequest,
     params(("id" = String, Path, description = "Subscription id (`wh_…`)")), security(("project_token" = [])),
     responses((status = 202, body = ReplayResult), (status = 400, body = ErrorResponse),
@@ -156,6 +165,78 @@ pub async fn replay_webhook(
     let id = webhook_id(&id)?;
     let result = app.service.replay(&actor, &id, &body)?;
     Ok((StatusCode::ACCEPTED, axum::Json(result)))
+}
+
+/// Send a test event to this subscription only: a synthetic event (`evt_…` id, example `data` in
+/// the documented shape of its type) of `event_type` (default: the subscription's first event;
+/// 400 on `event_type` if it does not receive it), through the delivery engine (signed, retried,
+/// in the attempt log), with the header `X-Service-Test: true`. It reaches no other subscription
+/// or component and is not in the store's event log. 202 with the delivery (`"test": true`);
+/// 409 `webhook_paused` while paused. The body may be empty.
+#[utoipa::path(post, path = "/v1/webhooks/{id}/test", tag = "webhooks", request_body = TestEventRequest,
+    params(("id" = String, Path, description = "Subscription id (`wh_…`)")), security(("project_token" = [])),
+    responses((status = 202, body = Delivery),
+        (status = 400, description = "`validation_failed` on `event_type`", body = ErrorResponse),
+        (status = 401, body = ErrorResponse), (status = 404, body = ErrorResponse),
+        (status = 409, description = "`webhook_paused`", body = ErrorResponse), (status = 429, body = ErrorResponse)))]
+pub async fn send_test_event(
+    State(app): State<AppState>,
+    Caller(actor): Caller,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<(StatusCode, axum::Json<Delivery>)> {
+    let id = webhook_id(&id)?;
+    // The body is optional: empty means the subscription's first event.
+    let body: TestEventRequest = if body.is_empty() {
+        TestEventRequest::default()
+    } else {
+        super::extract::parse_json(&body)?
+    };
+    let delivery = app.service.send_test_event(&actor, &id, &body)?;
+    Ok((StatusCode::ACCEPTED, axum::Json(delivery)))
+}
+
+/// Resend one delivery now, named by its event (`evt_…`; one delivery per event and
+/// subscription): attempted at once with a fresh retry schedule, whatever its status. A failed
+/// or succeeded delivery is queued again (receivers deduplicate on `X-Service-Event-Id`); a
+/// pending one waiting for a retry is moved to now, not duplicated. 202 with the delivery; 404
+/// when the event has no delivery to this subscription (or expired); 409 `webhook_paused` while
+/// paused.
+#[utoipa::path(post, path = "/v1/webhooks/{id}/deliveries/{event_id}/resend", tag = "webhooks",
+    params(("id" = String, Path, description = "Subscription id (`wh_…`)"),
+        ("event_id" = String, Path, description = "The delivery's event (`evt_…`)")),
+    security(("project_token" = [])),
+    responses((status = 202, body = Delivery),
+        (status = 400, description = "`validation_failed` on `event_id`", body = ErrorResponse),
+        (status = 401, body = ErrorResponse), (status = 404, body = ErrorResponse),
+        (status = 409, description = "`webhook_paused`", body = ErrorResponse), (status = 429, body = ErrorResponse)))]
+pub async fn resend_delivery(
+    State(app): State<AppState>,
+    Caller(actor): Caller,
+    Path((id, event_id)): Path<(String, String)>,
+) -> Result<(StatusCode, axum::Json<Delivery>)> {
+    let id = webhook_id(&id)?;
+    let delivery = app.service.resend(&actor, &id, &event_id)?;
+    Ok((StatusCode::ACCEPTED, axum::Json(delivery)))
+}
+
+/// Rotate the signing secret with a 24-hour overlap: from now on deliveries are signed with the
+/// new secret in `X-Service-Signature`, and until `previous_secret_expires_at` (24 h) also with
+/// the replaced secret in `X-Service-Signature-Previous` (same format). A second rotation within
+/// the overlap drops the oldest secret. 400 on `secret` (16 to 256 bytes, not the current one).
+#[utoipa::path(post, path = "/v1/webhooks/{id}/rotate-secret", tag = "webhooks", request_body = RotateSecret,
+    params(("id" = String, Path, description = "Subscription id (`wh_…`)")), security(("project_token" = [])),
+    responses((status = 200, body = SecretRotated),
+        (status = 400, description = "`validation_failed` on `secret`", body = ErrorResponse),
+        (status = 401, body = ErrorResponse), (status = 404, body = ErrorResponse), (status = 429, body = ErrorResponse)))]
+pub async fn rotate_secret(
+    State(app): State<AppState>,
+    Caller(actor): Caller,
+    Path(id): Path<String>,
+    Json(body): Json<RotateSecret>,
+) -> Result<axum::Json<SecretRotated>> {
+    let id = webhook_id(&id)?;
+    Ok(axum::Json(app.service.rotate_secret(&actor, &id, &body)?))
 }
 
 /// The attempt log: every attempt (time, status code or error, duration, the first KiB of the

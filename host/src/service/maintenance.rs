@@ -116,6 +116,14 @@ impl Service {
         }
     }
 
+    /// Whether storage answers: a read of a fixed key (absent or not) succeeds. What
+    /// `GET /readyz` calls.
+    pub fn check_storage(&self) -> Result<()> {
+        self.db
+            .read::<serde_json::Value>("health/probe")
+            .map(|_| ())
+    }
+
     /// A store's events, newest first (operator API).
     pub fn list_events(
         &self,

@@ -80,9 +80,27 @@ pub struct Subscription {
     pub paused_at: Option<Timestamp>,
     /// Why it was paused.
     pub pause_reason: Option<String>,
+    /// The secret replaced by the last rotation, which also signs deliveries until
+    /// `previous_secret_until`.
+    #[serde(default)]
+    pub previous_secret: Option<String>,
+    /// When the previous secret stops signing (24 hours after the rotation).
+    #[serde(default)]
+    pub previous_secret_until: Option<Timestamp>,
 }
 
+/// How long the replaced secret keeps signing deliveries after a rotation.
+pub const SECRET_OVERLAP: jiff::SignedDuration = jiff::SignedDuration::from_hours(24);
+
 impl Subscription {
+    /// The previous secret, if it still signs at `at` (within 24 hours of the rotation).
+    pub fn previous_secret_at(&self, at: Timestamp) -> Option<&str> {
+        match (&self.previous_secret, self.previous_secret_until) {
+            (Some(secret), Some(until)) if at < until => Some(secret),
+            _ => None,
+        }
+    }
+
     /// Key of a subscription.
     pub fn key(store: &StoreId, id: &WebhookId) -> String {
         format!("wh/{store}/{id}")
@@ -165,6 +183,113 @@ pub struct NewWebhook {
     /// Signing secret, 16 to 256 bytes.
     #[schema(example = "whsec-3f9a1c2e8b7d4f60")]
     pub secret: String,
+}
+
+/// Body of `POST /v1/webhooks/{id}/test`.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TestEventRequest {
+    /// One of the subscription's events; default: its first.
+    #[schema(example = "order.paid")]
+    #[serde(default)]
+    pub event_type: Option<String>,
+}
+
+/// Body of `POST /v1/webhooks/{id}/rotate-secret`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RotateSecret {
+    /// The new signing secret, 16 to 256 bytes, different from the current one.
+    #[schema(example = "whsec-7c1d9e4f2a6b8053")]
+    pub secret: String,
+}
+
+/// Answer of `POST /v1/webhooks/{id}/rotate-secret`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SecretRotated {
+    /// The subscription.
+    pub webhook: Webhook,
+    /// Until when deliveries also carry `X-Service-Signature-Previous` (the old secret's
+    /// signature): 24 hours from the rotation.
+    #[serde(with = "crate::clock::api_ts")]
+    #[schema(value_type = String)]
+    pub previous_secret_expires_at: Timestamp,
+}
+
+/// Example `data` of a test event, in the documented shape of its type.
+pub fn example_data(
+    kind: EventType,
+    installation: &InstallationId,
+    now: Timestamp,
+) -> serde_json::Value {
+    use crate::ids::{CustomerId, FulfillmentId, OrderId, ProductId, RefundId, VariantId};
+    use serde_json::json;
+    let ts = crate::clock::format_ts(now);
+    let order_id = OrderId::generate(now);
+    let customer_id = CustomerId::generate(now);
+    let product_id = ProductId::generate(now);
+    let variant_id = VariantId::generate(now);
+    let summary = |financial: &str, fulfillment: &str, refunded: i64| {
+        json!({
+            "id": order_id, "status": "open", "financial_status": financial,
+            "fulfillment_status": fulfillment, "currency": "USD", "customer_id": customer_id,
+            "email": "buyer@example.com", "subtotal": 2500, "total": 2500, "total_paid": 2500,
+            "total_refunded": refunded, "created_at": ts, "updated_at": ts, "paid_at": ts,
+            "cancelled_at": null,
+        })
+    };
+    let order = |status: &str, financial: &str| {
+        json!({
+            "id": order_id, "status": status, "financial_status": financial,
+            "fulfillment_status": "unfulfilled", "currency": "USD", "customer_id": customer_id,
+            "email": "buyer@example.com", "subtotal": 2500, "total": 2500, "total_paid": 0,
+            "total_refunded": 0, "created_at": ts, "updated_at": ts, "paid_at": null,
+            "cancelled_at": if status == "cancelled" { json!(ts) } else { json!(null) },
+            "line_items": [{"variant_id": variant_id, "product_id": product_id, "title": "Test item",
+                "quantity": 1, "unit_price": 2500}],
+        })
+    };
+    let customer = json!({
+        "id": customer_id, "email": "buyer@example.com", "first_name": "Test",
+        "last_name": "Buyer", "created_at": ts, "updated_at": ts,
+    });
+    let product = json!({
+        "id": product_id, "title": "Test product", "status": "active", "created_at": ts,
+        "updated_at": ts,
+        "variants": [{"id": variant_id, "title": "Default", "price": 2500, "currency": "USD",
+            "inventory_quantity": 4}],
+    });
+    let installation = json!({"id": installation, "status": "active"});
+    match kind {
+        EventType::OrderCreated => json!({ "order": order("open", "pending") }),
+        EventType::OrderPaid => {
+            json!({ "order": { "id": order_id, "total": 2500, "currency": "USD" } })
+        }
+        EventType::OrderFulfilled => json!({
+            "order": summary("paid", "fulfilled", 0),
+            "fulfillment": {"id": FulfillmentId::generate(now), "created_at": ts,
+                "line_items": [{"line_item_id": "li_test", "quantity": 1}]},
+        }),
+        EventType::OrderCancelled => json!({ "order": order("cancelled", "pending") }),
+        EventType::OrderRefunded => json!({
+            "order": summary("refunded", "unfulfilled", 2500),
+            "refund": {"id": RefundId::generate(now), "amount": 2500, "currency": "USD",
+                "created_at": ts},
+        }),
+        EventType::CustomerCreated | EventType::CustomerUpdated => json!({ "customer": customer }),
+        EventType::CustomerDeleted => json!({ "customer": { "id": customer_id } }),
+        EventType::ProductCreated | EventType::ProductUpdated => json!({ "product": product }),
+        EventType::ProductInventoryUpdated => json!({
+            "inventory": {"product_id": product_id, "variant_id": variant_id,
+                "previous_quantity": 6, "inventory_quantity": 4,
+                "crossed": [{"threshold": "low_stock", "value": 5, "direction": "down"}]},
+            "reason": "test",
+            "product": product,
+        }),
+        EventType::PluginInstalled | EventType::PluginConfigured | EventType::PluginUninstalled => {
+            json!({ "installation": installation })
+        }
+    }
 }
 
 /// Body of `PATCH /v1/webhooks/{id}`: the fields to change.
@@ -328,6 +453,8 @@ pub fn create_manifest_webhooks(
             updated_at: now,
             paused_at: None,
             pause_reason: None,
+            previous_secret: None,
+            previous_secret_until: None,
         };
         insert(tx, &sub)?;
     }
@@ -363,6 +490,13 @@ fn insert(tx: &mut Tx<'_>, sub: &Subscription) -> Result<()> {
     ids.push(sub.id.clone());
     tx.write(&index, &ids)?;
     tx.write(&Subscription::key(&sub.store_id, &sub.id), sub)
+}
+
+fn paused_conflict(what: &str) -> Error {
+    Error::conflict(
+        "webhook_paused",
+        format!("the webhook is paused; resume it before {what}"),
+    )
 }
 
 fn missing_scope(_: usize, scope: Scope) -> Error {
@@ -414,6 +548,8 @@ impl Service {
             updated_at: now,
             paused_at: None,
             pause_reason: None,
+            previous_secret: None,
+            previous_secret_until: None,
         };
         self.db.tx(|tx| insert(tx, &sub))?;
         Ok(sub.view())
@@ -477,7 +613,10 @@ impl Service {
                 sub.events = events.clone();
             }
             if let Some(secret) = &patch.secret {
+                // An immediate switch, without overlap (`rotate-secret` has one).
                 sub.secret = secret.clone();
+                sub.previous_secret = None;
+                sub.previous_secret_until = None;
             }
             sub.updated_at = now;
             Ok(())
@@ -534,8 +673,9 @@ impl Service {
         Ok(sub.view())
     }
 
-    /// Queues failed deliveries of an active subscription again, with a fresh retry schedule:
-    /// one event (`event_id`), or every failed event since a time (`since`).
+    /// Queues failed and pending deliveries of an active subscription again, due now, with a
+    /// fresh retry schedule: one event (`event_id`), or every such event since a time (`since`).
+    /// A pending delivery is moved to now, not duplicated; succeeded ones are left alone.
     pub fn replay(
         &self,
         actor: &Actor,
@@ -552,8 +692,8 @@ impl Service {
         self.replay_target(&sub.store_id, &sub.target(), request)
     }
 
-    /// Queues failed deliveries to `target` again (webhook or component), with a fresh retry
-    /// schedule. The caller has checked ownership and that the target is active.
+    /// Queues failed and pending deliveries to `target` again (webhook or component), due now,
+    /// with a fresh retry schedule. The caller has checked ownership and that the target is active.
     pub fn replay_target(
         &self,
         store: &StoreId,
@@ -570,10 +710,12 @@ impl Service {
                     .db
                     .read::<Delivery>(&key)?
                     .ok_or_else(|| Error::not_found("event", &event))?;
-                if delivery.status != DeliveryStatus::Failed {
+                if delivery.status == DeliveryStatus::Succeeded {
                     return Err(Error::Conflict {
                         code: "delivery_not_failed",
-                        message: format!("the delivery of `{event}` to this target has not failed"),
+                        message: format!(
+                            "the delivery of `{event}` to this target succeeded; a replay re-sends failed and pending deliveries"
+                        ),
                         field: Some("event_id".into()),
                     });
                 }
@@ -594,7 +736,7 @@ impl Service {
                         self.db.list(&prefix, after.as_deref(), false, 256)?;
                     let done = batch.len() < 256;
                     for (key, d) in batch {
-                        if d.status == DeliveryStatus::Failed && d.event_created_at >= since {
+                        if d.status != DeliveryStatus::Succeeded && d.event_created_at >= since {
                             keys.push(key.clone());
                         }
                         after = Some(key);
@@ -618,7 +760,9 @@ impl Service {
             requeued += self.db.tx(|tx| {
                 let mut n = 0;
                 for key in chunk {
-                    if crate::delivery::queue::requeue(tx, key, now)? {
+                    if crate::delivery::queue::requeue(tx, key, now, |s| {
+                        s != DeliveryStatus::Succeeded
+                    })? {
                         n += 1;
                     }
                 }
@@ -626,6 +770,112 @@ impl Service {
             })?;
         }
         Ok(ReplayResult { requeued })
+    }
+
+    /// Sends a synthetic event of one of the subscription's types (default: its first) to this
+    /// subscription only, through the delivery engine: signed, retried, logged, marked with
+    /// `X-Service-Test: true`. It is not in the store's event log and reaches no other target.
+    pub fn send_test_event(
+        &self,
+        actor: &Actor,
+        id: &WebhookId,
+        request: &TestEventRequest,
+    ) -> Result<Delivery> {
+        let sub = self.own_subscription(actor, id)?;
+        if sub.status == WebhookStatus::Paused {
+            return Err(paused_conflict("sending a test event"));
+        }
+        let kind = match &request.event_type {
+            None => *sub
+                .events
+                .first()
+                .ok_or_else(|| Error::invalid("event_type", "the subscription has no events"))?,
+            Some(raw) => {
+                let kind: EventType = raw.parse().map_err(|_| {
+                    Error::invalid("event_type", format!("`{raw}` is not an event type"))
+                })?;
+                if !sub.events.contains(&kind) {
+                    return Err(Error::invalid(
+                        "event_type",
+                        format!(
+                            "the subscription does not receive `{kind}`; it receives {}",
+                            sub.events
+                                .iter()
+                                .map(|e| format!("`{e}`"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    ));
+                }
+                kind
+            }
+        };
+        let now = self.now();
+        let event = Event {
+            id: crate::ids::EventId::generate(now),
+            kind,
+            created_at: now,
+            store: actor.store.clone(),
+            data: example_data(kind, &sub.installation_id, now),
+        };
+        let target = sub.target();
+        self.db
+            .tx(|tx| crate::delivery::queue::enqueue_test(tx, &event, &target, now))
+    }
+
+    /// Attempts one delivery (named by its event) again at once, with a fresh retry schedule,
+    /// whatever its status: a failed or succeeded one is queued again, a pending one is moved to
+    /// now (not duplicated).
+    pub fn resend(&self, actor: &Actor, id: &WebhookId, event: &str) -> Result<Delivery> {
+        let sub = self.own_subscription(actor, id)?;
+        let event: crate::ids::EventId = event
+            .parse()
+            .map_err(|_| Error::invalid("event_id", "must be an event id (`evt_…`)"))?;
+        if sub.status == WebhookStatus::Paused {
+            return Err(paused_conflict("resending"));
+        }
+        let key = delivery_key(&sub.store_id, &sub.target(), &event);
+        let now = self.now();
+        self.db.tx(|tx| {
+            if !crate::delivery::queue::requeue(tx, &key, now, |_| true)? {
+                return Err(Error::not_found("event", &event));
+            }
+            tx.read::<Delivery>(&key)?
+                .ok_or_else(|| Error::not_found("event", &event))
+        })
+    }
+
+    /// Replaces the signing secret with an overlap: from now on deliveries are signed with the
+    /// new secret, and for 24 hours also with the one it replaces (in
+    /// `X-Service-Signature-Previous`). A rotation within the overlap drops the older secret.
+    pub fn rotate_secret(
+        &self,
+        actor: &Actor,
+        id: &WebhookId,
+        request: &RotateSecret,
+    ) -> Result<SecretRotated> {
+        validate_secret("secret", &request.secret)?;
+        let now = self.now();
+        let until = now
+            .checked_add(SECRET_OVERLAP)
+            .map_err(|e| Error::Internal(anyhow::anyhow!("time out of range: {e}")))?;
+        let sub = self.modify(actor, id, |sub| {
+            if sub.secret == request.secret {
+                return Err(Error::invalid(
+                    "secret",
+                    "must differ from the current secret",
+                ));
+            }
+            let old = std::mem::replace(&mut sub.secret, request.secret.clone());
+            sub.previous_secret = Some(old);
+            sub.previous_secret_until = Some(until);
+            sub.updated_at = now;
+            Ok(())
+        })?;
+        Ok(SecretRotated {
+            webhook: sub.view(),
+            previous_secret_expires_at: until,
+        })
     }
 
     /// The subscription's attempt log, newest first.
