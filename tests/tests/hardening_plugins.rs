@@ -405,7 +405,7 @@ async fn slow_receivers_of_one_plugin_leave_the_engine_to_another_store() {
     receiver.set("/slow", Behavior::Hang(Duration::from_secs(8)));
 
     // One plugin with 20 subscriptions to a receiver that takes 8 s to answer: 8 attempts per
-    // subscription would be 160, more than the engine's 64.
+    // subscription would be 160, more than the engine's 64; it gets half of them.
     let (_, slow) = host.store_with_plugin("slow.example", &ALL_SCOPES).await;
     for n in 0..20 {
         host.subscribe(
@@ -425,7 +425,7 @@ async fn slow_receivers_of_one_plugin_leave_the_engine_to_another_store() {
         .await
         .expect(201);
     }
-    receiver.wait_for("/slow", 16, Duration::from_secs(5)).await;
+    receiver.wait_for("/slow", 32, Duration::from_secs(5)).await;
 
     let (_, fast) = host.store_with_plugin("fast.example", &ALL_SCOPES).await;
     host.subscribe(&fast, &receiver.url("/fast"), &["customer.created"])
@@ -442,7 +442,7 @@ async fn slow_receivers_of_one_plugin_leave_the_engine_to_another_store() {
     receiver.wait_for("/fast", 1, Duration::from_secs(4)).await;
     let slow_in_flight = receiver.requests("/slow").len();
     assert!(
-        slow_in_flight <= 16,
+        slow_in_flight <= 32,
         "one installation took {slow_in_flight} of the engine's places"
     );
 }

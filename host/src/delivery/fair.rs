@@ -2,11 +2,12 @@
 //!
 //! Webhook attempts (network waits) and component invocations (CPU on blocking threads) draw
 //! from separate pools, so plugins that compute or sleep up to their deadline never hold up
-//! webhooks, and the other way round. Within a pool, one target, one installation, one plugin
-//! (across every store that installed it) and one store each take at most a share, so slow
-//! receivers or slow components of one plugin or one store leave the rest of the engine to the
-//! others. The due queue is read in due order and an entry over its share waits for the next
-//! round.
+//! webhooks, and the other way round. Within a pool, one target takes at most
+//! [`MAX_IN_FLIGHT_PER_TARGET`]; and once half the pool is in use, one installation, one plugin
+//! (across every store that installed it) and one store each take at most a share of it, so slow
+//! receivers or slow components of one plugin or one store always leave room to the others,
+//! while a lone busy plugin can still use half the pool. The due queue is read in due order and
+//! an entry over its share waits for a later round.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -112,6 +113,8 @@ impl Counts {
 struct Pool {
     permits: Arc<Semaphore>,
     caps: Caps,
+    /// At or below this many free places, the shares apply (half the pool).
+    contended_below: usize,
 }
 
 #[derive(Debug, Default)]
@@ -164,6 +167,7 @@ impl Fair {
         let pool = |n: usize| Pool {
             permits: Arc::new(Semaphore::new(n.max(1))),
             caps: Caps::of(n.max(1)),
+            contended_below: n.max(1).div_ceil(2),
         };
         Arc::new(Self {
             webhooks: pool(webhooks),
@@ -196,7 +200,13 @@ impl Fair {
             Kind::Webhook => (&self.webhooks, &mut state.webhooks),
             Kind::Component => (&self.components, &mut state.components),
         };
-        if !counts.fits(&slot, &pool.caps) {
+        let contended = pool.permits.available_permits() <= pool.contended_below;
+        let fits = if contended {
+            counts.fits(&slot, &pool.caps)
+        } else {
+            counts.target.get(&slot.target).copied().unwrap_or(0) < pool.caps.target
+        };
+        if !fits {
             return Err(NotStarted::Busy);
         }
         let permit = pool
@@ -248,7 +258,11 @@ mod tests {
                 }
             }
         }
-        assert_eq!(held.len(), 16, "an installation takes a quarter of 64");
+        assert_eq!(
+            held.len(),
+            32,
+            "alone, an installation takes half the pool, then its share (a quarter) applies"
+        );
         // Another store's delivery starts at once.
         let other = fair.try_start(
             "due-b",
@@ -286,15 +300,41 @@ mod tests {
         }
         assert_eq!(
             held.len(),
-            16,
-            "one plugin takes a quarter of the component pool"
+            32,
+            "one plugin takes at most half the component pool"
         );
-        assert_eq!(fair.in_flight(), 16);
+        assert_eq!(fair.in_flight(), 32);
         let webhook = fair.try_start("due-w", slot(Kind::Webhook, "wh", "inst_w", "w", "store0"));
         assert!(webhook.is_ok(), "webhooks draw from their own pool");
         drop(held);
         assert_eq!(fair.in_flight(), 1, "dropping a ticket frees its place");
         assert_eq!(fair.free(), 127);
+    }
+
+    #[test]
+    fn once_half_the_pool_is_used_each_installation_gets_its_share() {
+        let fair = Fair::new(64, 64);
+        let mut held = Vec::new();
+        for inst in ["a", "b", "c", "d"] {
+            for k in 0..40 {
+                let s = slot(
+                    Kind::Webhook,
+                    &format!("{inst}{k}"),
+                    inst,
+                    inst,
+                    &format!("s{inst}"),
+                );
+                if let Ok(t) = fair.try_start(&format!("{inst}-{k}"), s) {
+                    held.push((inst, t));
+                }
+            }
+        }
+        let count = |i: &str| held.iter().filter(|(inst, _)| *inst == i).count();
+        // a fills half the pool alone; b and c then take their share of 16; d gets nothing.
+        assert_eq!(
+            [count("a"), count("b"), count("c"), count("d")],
+            [32, 16, 16, 0]
+        );
     }
 
     #[test]

@@ -40,10 +40,15 @@ use crate::service::webhooks::Subscription;
 
 pub use self::fair::MAX_IN_FLIGHT_PER_TARGET;
 
-/// How many due entries one dispatch round passes over because their pool or share is full,
-/// before it waits for a running attempt to finish (bounds the cost of a round behind a large
-/// backlog of one store).
-const MAX_SKIPPED: usize = 1024;
+/// How many due entries a dispatch round passes over because their pool or share is full, before
+/// it waits for a running attempt to finish: a few in most rounds (each finished attempt starts
+/// one), and a longer sweep every [`SWEEP_EVERY`], which finds the entries of other stores behind
+/// a large backlog of one (bounding the cost of the rounds in between).
+const SKIP_BUDGET: usize = 64;
+/// See [`SKIP_BUDGET`].
+const SWEEP_BUDGET: usize = 4096;
+/// See [`SKIP_BUDGET`].
+const SWEEP_EVERY: Duration = Duration::from_millis(50);
 
 const BATCH: usize = 256;
 
@@ -113,6 +118,8 @@ struct Shared {
     webhooks: WebhookSender,
     plugins: Option<Arc<crate::plugins::Plugins>>,
     fair: Arc<Fair>,
+    /// When the last long sweep of the due queue ran (see [`SKIP_BUDGET`]).
+    last_sweep: Mutex<std::time::Instant>,
     /// The installation and plugin behind each target seen (they never change).
     owners: Mutex<HashMap<String, Owner>>,
     wake: Arc<Notify>,
@@ -132,6 +139,7 @@ impl Engine {
             wake: service.db.delivery_signal(),
             service,
             fair: Fair::new(config.concurrency, config.component_concurrency),
+            last_sweep: Mutex::new(std::time::Instant::now()),
             owners: Mutex::default(),
         });
         let (stop, stopped) = watch::channel(false);
@@ -221,6 +229,15 @@ impl Shared {
         let now_ms = millis(now);
         let mut after: Option<String> = None;
         let mut skipped = 0;
+        let budget = {
+            let mut last = self.last_sweep.lock().unwrap_or_else(|e| e.into_inner());
+            if last.elapsed() >= SWEEP_EVERY {
+                *last = std::time::Instant::now();
+                SWEEP_BUDGET
+            } else {
+                SKIP_BUDGET
+            }
+        };
         loop {
             let free = self.fair.free();
             if free == 0 {
@@ -245,7 +262,7 @@ impl Shared {
                     Err(NotStarted::InFlight) => continue,
                     Err(NotStarted::Busy) => {
                         skipped += 1;
-                        if skipped >= MAX_SKIPPED {
+                        if skipped >= budget {
                             return Ok(()); // A finishing attempt wakes the engine.
                         }
                         continue;
