@@ -239,3 +239,96 @@ fn an_event_the_manifest_does_not_receive_is_refused() {
     run.failed()
         .complains("does not list `order.created` in `events` (order.paid)");
 }
+
+#[test]
+fn a_component_in_a_plugin_crates_target_folder_runs_with_that_crates_manifest_and_templates() {
+    // A plugin crate as `plugin build` leaves it: plugin.toml, templates/, and the component
+    // under target/wasm32-wasip2/release/.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let source = plugin_dir("order-thanks");
+    std::fs::copy(source.join("plugin.toml"), dir.path().join("plugin.toml")).expect("copies");
+    std::fs::create_dir(dir.path().join("templates")).expect("creates templates/");
+    for entry in std::fs::read_dir(source.join("templates")).expect("reads templates/") {
+        let entry = entry.expect("an entry");
+        std::fs::copy(
+            entry.path(),
+            dir.path().join("templates").join(entry.file_name()),
+        )
+        .expect("copies a template");
+    }
+    let release = dir.path().join("target/wasm32-wasip2/release");
+    std::fs::create_dir_all(&release).expect("creates the target folder");
+    let component = release.join("order_thanks.wasm");
+    std::fs::copy(component_file("order-thanks"), &component).expect("copies the component");
+
+    let run = plugin_run(&[path(&component), "--event", "order.paid"]);
+    run.succeeded()
+        .says("plugin order-thanks@1.0.0 (")
+        .says("plugin.toml)")
+        .says("template order-thanks")
+        .says("subject: Thank you for your order ord_");
+}
+
+#[test]
+fn the_delivery_engines_invocations_record_host_calls_without_argument_summaries() {
+    use commerce_host::plugins::Plugins;
+    use commerce_host::service::PageRequest;
+
+    let data = tempfile::tempdir().expect("temp dir");
+    let mut config = commerce_host::Config::new(data.path());
+    config.admin_token = Some("plugin-run-admin-token-0123456789".to_owned());
+    let service = commerce_host::open_service(&config).expect("a service");
+    let plugins = Plugins::new(
+        &data.path().join("components"),
+        config.plugin_runtime.clone(),
+        config.plugin_limits.clone(),
+    )
+    .expect("a runtime");
+    let package = commerce_host::cli::package::check(&plugin_dir("hostile")).expect("a manifest");
+    plugins
+        .publish(
+            &service,
+            package.manifest.clone(),
+            &package.templates,
+            Some(&commerce_host_tests::components::component("hostile")),
+        )
+        .expect("published");
+    let store = service.create_store("log.example").expect("a store");
+    let installed = service.install(&store.id, "hostile").expect("installed");
+    let installation = service
+        .configure(
+            &store.id,
+            &installed.installation.id,
+            serde_json::json!({"mode": "forbidden"}),
+        )
+        .expect("configured");
+    let event = service
+        .list_events(
+            &store.id,
+            Some("plugin.configured".parse().expect("an event type")),
+            &PageRequest::first(1),
+        )
+        .expect("events")
+        .data
+        .remove(0);
+    let actor = service.component_actor(&installation).expect("an actor");
+    let outcome = plugins
+        .invoke(&service, actor, &package.manifest, &event)
+        .expect("invoked");
+    let calls: Vec<(&str, bool)> = outcome
+        .host_calls
+        .iter()
+        .map(|call| (call.function, call.error.is_some()))
+        .collect();
+    assert_eq!(
+        calls,
+        [("settings.get", false), ("customers.create", true)],
+        "{:?}",
+        outcome.host_calls
+    );
+    assert!(
+        outcome.host_calls.iter().all(|call| call.args.is_none()),
+        "an untraced invocation keeps no argument summaries: {:?}",
+        outcome.host_calls
+    );
+}
