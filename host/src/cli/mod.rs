@@ -13,6 +13,7 @@ pub mod client;
 pub mod demo;
 pub mod package;
 pub mod plugin;
+pub mod run;
 pub mod scaffold;
 
 #[derive(Parser)]
@@ -30,7 +31,8 @@ struct Cli {
 enum Command {
     /// Serve the /v1 API and the operator API, and deliver webhooks.
     Serve(ServeArgs),
-    /// Build, publish, install and follow plugins (talks to a host over HTTP).
+    /// Build, publish, install and follow plugins (talks to a host over HTTP), or run one
+    /// locally against a throwaway store (`plugin run`).
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
     /// Serve with a demo store, sample data and the example plugins built and installed.

@@ -35,7 +35,20 @@ pub fn check(dir: &Path) -> anyhow::Result<Package> {
             dir.display()
         )
     })?;
-    let manifest: Manifest = toml::from_str(&text).map_err(|e| {
+    check_text(&manifest_path, &text)
+}
+
+/// Reads and checks the manifest at `manifest_path` (any file name) and the `templates/` folder
+/// beside it, as [`check`] does for a plugin folder.
+pub fn check_manifest(manifest_path: &Path) -> anyhow::Result<Package> {
+    let text = std::fs::read_to_string(manifest_path)
+        .map_err(|e| anyhow!("{}: {e}", manifest_path.display()))?;
+    check_text(manifest_path, &text)
+}
+
+fn check_text(manifest_path: &Path, text: &str) -> anyhow::Result<Package> {
+    let dir = manifest_path.parent().unwrap_or(Path::new("."));
+    let manifest: Manifest = toml::from_str(text).map_err(|e| {
         anyhow!(
             "{}: {}\nhint: the manifest's fields are name, version, description, scopes, contact_email, events, webhooks, limits",
             manifest_path.display(),

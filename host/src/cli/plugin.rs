@@ -1,5 +1,5 @@
-//! `commerce-host plugin …`: new, build, publish, install, logs. Everything but `new` and
-//! `build` talks to a host over HTTP, so it works against a remote one as well.
+//! `commerce-host plugin …`: new, build, publish, install, logs, run. Everything but `new`,
+//! `build` and `run` talks to a host over HTTP, so it works against a remote one as well.
 
 use std::path::{Path, PathBuf};
 
@@ -25,6 +25,10 @@ pub enum PluginCommand {
     Install(InstallArgs),
     /// The plugin's delivery attempts in a store, with the lines it logged.
     Logs(LogsArgs),
+    /// Run a built component on one event against a throwaway store (no host needed): prints
+    /// the event, every host call and its result, the logs, the notifications it would send, the
+    /// records it wrote and the outcome. Exits non-zero when the plugin failed.
+    Run(super::run::RunArgs),
 }
 
 /// Arguments of `plugin new`.
@@ -167,6 +171,11 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
             let client = args.host.client()?;
             let attempts = attempts(&client, &args.store, &args.installation, args.limit).await?;
             print!("{}", format_attempts(&attempts));
+        }
+        PluginCommand::Run(args) => {
+            tokio::task::spawn_blocking(move || super::run::run(&args))
+                .await
+                .context("the run task")??;
         }
     }
     Ok(())

@@ -9,7 +9,7 @@ use super::bindings::commerce::plugin::{
     customers, inventory, log, notifications, orders, products, settings, types,
 };
 use super::convert as c;
-use super::state::{Invocation, LogLine, LogSink, StoreCalls};
+use super::state::{HostCall, Invocation, LogLine, LogSink, MAX_ARGS_SUMMARY, StoreCalls};
 use crate::error::Error;
 use crate::http::extract::path_id;
 use crate::outbound::records::{CardKind, Channel, Cta, Link, Tone};
@@ -26,12 +26,44 @@ impl StoreCalls<'_> {
     /// Every store capability goes through here: the host-call budget (a trap when spent), the
     /// installation still installed and the store's rate limit (shared with its HTTP calls), then
     /// the service call.
-    fn call<T>(&mut self, f: impl FnOnce(&StoreCalls<'_>) -> Result<T, Error>) -> Call<T> {
+    ///
+    /// Each call is recorded (`function`, its error if any, and `args` when the invocation is
+    /// traced) for the invocation's outcome.
+    fn call<T>(
+        &mut self,
+        function: &'static str,
+        args: Option<String>,
+        f: impl FnOnce(&StoreCalls<'_>) -> Result<T, Error>,
+    ) -> Call<T> {
         self.meter.charge_call()?;
-        if let Err((e, _)) = self.service.admit_installed(self.actor) {
-            return Ok(Err(c::host_error(e)));
+        let result = match self.service.admit_installed(self.actor) {
+            Err((e, _)) => Err(c::host_error(e)),
+            Ok(_) => f(self).map_err(c::host_error),
+        };
+        self.calls.push(HostCall {
+            function,
+            args,
+            error: result.as_ref().err().cloned(),
+        });
+        Ok(result)
+    }
+
+    /// A summary of a call's arguments, only when the invocation is traced (`plugin run`), cut to
+    /// [`MAX_ARGS_SUMMARY`] bytes.
+    fn args(&self, summary: impl FnOnce() -> String) -> Option<String> {
+        if !self.trace {
+            return None;
         }
-        Ok(f(self).map_err(c::host_error))
+        let mut text = summary();
+        if text.len() > MAX_ARGS_SUMMARY {
+            let mut end = MAX_ARGS_SUMMARY;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            text.truncate(end);
+            text.push('…');
+        }
+        Some(text)
     }
 }
 
@@ -47,7 +79,8 @@ impl orders::Host for StoreCalls<'_> {
         filter: orders::OrderFilter,
         p: types::PageRequest,
     ) -> Call<orders::OrderPage> {
-        self.call(|s| {
+        let args = self.args(|| format!("{filter:?}, {p:?}"));
+        self.call("orders.list", args, |s| {
             let filter = OrderFilter {
                 status: filter.status.map(c::order_status_in),
                 financial_status: filter.financial_status.map(c::financial_status_in),
@@ -70,11 +103,15 @@ impl orders::Host for StoreCalls<'_> {
     }
 
     fn get(&mut self, id: String) -> Call<types::Order> {
-        self.call(|s| Ok(c::order(s.service.order(s.actor, &path_id("order", &id)?)?)))
+        let args = self.args(|| format!("{id:?}"));
+        self.call("orders.get", args, |s| {
+            Ok(c::order(s.service.order(s.actor, &path_id("order", &id)?)?))
+        })
     }
 
     fn create(&mut self, order: orders::NewOrder) -> Call<types::Order> {
-        self.call(|s| {
+        let args = self.args(|| format!("{order:?}"));
+        self.call("orders.create", args, |s| {
             Ok(c::order(
                 s.service.create_order(s.actor, c::new_order(order)?)?,
             ))
@@ -82,7 +119,8 @@ impl orders::Host for StoreCalls<'_> {
     }
 
     fn update(&mut self, id: String, patch: orders::OrderPatch) -> Call<types::Order> {
-        self.call(|s| {
+        let args = self.args(|| format!("{id:?}, {patch:?}"));
+        self.call("orders.update", args, |s| {
             Ok(c::order(s.service.update_order(
                 s.actor,
                 &path_id("order", &id)?,
@@ -92,7 +130,8 @@ impl orders::Host for StoreCalls<'_> {
     }
 
     fn fulfill(&mut self, id: String, f: orders::NewFulfillment) -> Call<types::Order> {
-        self.call(|s| {
+        let args = self.args(|| format!("{id:?}, {f:?}"));
+        self.call("orders.fulfill", args, |s| {
             let (order, _) = s.service.fulfill_order(
                 s.actor,
                 &path_id("order", &id)?,
@@ -103,7 +142,8 @@ impl orders::Host for StoreCalls<'_> {
     }
 
     fn refund(&mut self, id: String, r: orders::NewRefund) -> Call<types::Order> {
-        self.call(|s| {
+        let args = self.args(|| format!("{id:?}, {r:?}"));
+        self.call("orders.refund", args, |s| {
             let (order, _) =
                 s.service
                     .refund_order(s.actor, &path_id("order", &id)?, c::new_refund(r)?)?;
@@ -112,7 +152,8 @@ impl orders::Host for StoreCalls<'_> {
     }
 
     fn complete(&mut self, id: String) -> Call<types::Order> {
-        self.call(|s| {
+        let args = self.args(|| format!("{id:?}"));
+        self.call("orders.complete", args, |s| {
             Ok(c::order(
                 s.service.complete_order(s.actor, &path_id("order", &id)?)?,
             ))
@@ -120,7 +161,8 @@ impl orders::Host for StoreCalls<'_> {
     }
 
     fn cancel(&mut self, id: String, reason: Option<String>) -> Call<types::Order> {
-        self.call(|s| {
+        let args = self.args(|| format!("{id:?}, {reason:?}"));
+        self.call("orders.cancel", args, |s| {
             Ok(c::order(s.service.cancel_order(
                 s.actor,
                 &path_id("order", &id)?,
@@ -136,7 +178,8 @@ impl products::Host for StoreCalls<'_> {
         status: Option<types::ProductStatus>,
         p: types::PageRequest,
     ) -> Call<products::ProductPage> {
-        self.call(|s| {
+        let args = self.args(|| format!("{status:?}, {p:?}"));
+        self.call("products.list", args, |s| {
             let filter = ProductFilter {
                 status: status.map(c::product_status_in),
                 limit: None,
@@ -151,7 +194,8 @@ impl products::Host for StoreCalls<'_> {
     }
 
     fn get(&mut self, id: String) -> Call<types::Product> {
-        self.call(|s| {
+        let args = self.args(|| format!("{id:?}"));
+        self.call("products.get", args, |s| {
             Ok(c::product(
                 s.service.product(s.actor, &path_id("product", &id)?)?,
             ))
@@ -159,7 +203,8 @@ impl products::Host for StoreCalls<'_> {
     }
 
     fn create(&mut self, product: products::NewProduct) -> Call<types::Product> {
-        self.call(|s| {
+        let args = self.args(|| format!("{product:?}"));
+        self.call("products.create", args, |s| {
             Ok(c::product(
                 s.service.create_product(s.actor, c::new_product(product))?,
             ))
@@ -167,7 +212,8 @@ impl products::Host for StoreCalls<'_> {
     }
 
     fn update(&mut self, id: String, patch: products::ProductPatch) -> Call<types::Product> {
-        self.call(|s| {
+        let args = self.args(|| format!("{id:?}, {patch:?}"));
+        self.call("products.update", args, |s| {
             Ok(c::product(s.service.update_product(
                 s.actor,
                 &path_id("product", &id)?,
@@ -177,7 +223,8 @@ impl products::Host for StoreCalls<'_> {
     }
 
     fn add_variant(&mut self, id: String, v: products::NewVariant) -> Call<types::Product> {
-        self.call(|s| {
+        let args = self.args(|| format!("{id:?}, {v:?}"));
+        self.call("products.add-variant", args, |s| {
             Ok(c::product(s.service.add_variant(
                 s.actor,
                 &path_id("product", &id)?,
@@ -194,7 +241,8 @@ impl inventory::Host for StoreCalls<'_> {
         change: inventory::Change,
         reason: Option<String>,
     ) -> Call<inventory::Level> {
-        self.call(|s| {
+        let args = self.args(|| format!("{variant_id:?}, {change:?}, {reason:?}"));
+        self.call("inventory.adjust", args, |s| {
             let (delta, set) = match change {
                 inventory::Change::Delta(d) => (Some(d), None),
                 inventory::Change::Set(v) => (None, Some(v)),
@@ -216,7 +264,8 @@ impl customers::Host for StoreCalls<'_> {
         email: Option<String>,
         p: types::PageRequest,
     ) -> Call<customers::CustomerPage> {
-        self.call(|s| {
+        let args = self.args(|| format!("{email:?}, {p:?}"));
+        self.call("customers.list", args, |s| {
             let filter = CustomerFilter {
                 email,
                 limit: None,
@@ -231,7 +280,8 @@ impl customers::Host for StoreCalls<'_> {
     }
 
     fn get(&mut self, id: String) -> Call<types::Customer> {
-        self.call(|s| {
+        let args = self.args(|| format!("{id:?}"));
+        self.call("customers.get", args, |s| {
             Ok(c::customer(
                 s.service.customer(s.actor, &path_id("customer", &id)?)?,
             ))
@@ -239,7 +289,8 @@ impl customers::Host for StoreCalls<'_> {
     }
 
     fn create(&mut self, customer: customers::NewCustomer) -> Call<types::Customer> {
-        self.call(|s| {
+        let args = self.args(|| format!("{customer:?}"));
+        self.call("customers.create", args, |s| {
             Ok(c::customer(
                 s.service
                     .create_customer(s.actor, c::new_customer(customer))?,
@@ -248,7 +299,8 @@ impl customers::Host for StoreCalls<'_> {
     }
 
     fn update(&mut self, id: String, patch: customers::CustomerPatch) -> Call<types::Customer> {
-        self.call(|s| {
+        let args = self.args(|| format!("{id:?}, {patch:?}"));
+        self.call("customers.update", args, |s| {
             Ok(c::customer(s.service.update_customer(
                 s.actor,
                 &path_id("customer", &id)?,
@@ -258,7 +310,8 @@ impl customers::Host for StoreCalls<'_> {
     }
 
     fn delete(&mut self, id: String) -> Call<()> {
-        self.call(|s| {
+        let args = self.args(|| format!("{id:?}"));
+        self.call("customers.delete", args, |s| {
             s.service
                 .delete_customer(s.actor, &path_id("customer", &id)?)
         })
@@ -289,7 +342,8 @@ fn empty_request(channel: Channel) -> NotificationRequest {
 
 impl notifications::Host for StoreCalls<'_> {
     fn send(&mut self, message: notifications::Message) -> Call<notifications::Receipt> {
-        self.call(|s| {
+        let args = self.args(|| format!("{message:?}"));
+        self.call("notifications.send", args, |s| {
             let data =
                 serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&message.data)
                     .map_err(|e| Error::invalid("data", format!("must be a JSON object: {e}")))?;
@@ -312,7 +366,8 @@ impl notifications::Host for StoreCalls<'_> {
     }
 
     fn show_banner(&mut self, banner: notifications::Banner) -> Call<notifications::Receipt> {
-        self.call(|s| {
+        let args = self.args(|| format!("{banner:?}"));
+        self.call("notifications.show-banner", args, |s| {
             let tone = match banner.tone {
                 notifications::Tone::Info => Tone::Info,
                 notifications::Tone::Warn => Tone::Warn,
@@ -352,7 +407,8 @@ impl notifications::Host for StoreCalls<'_> {
     }
 
     fn post_feed_card(&mut self, card: notifications::FeedCard) -> Call<notifications::Receipt> {
-        self.call(|s| {
+        let args = self.args(|| format!("{card:?}"));
+        self.call("notifications.post-feed-card", args, |s| {
             let kind = match card.kind.as_str() {
                 "suggestion" => CardKind::Suggestion,
                 other => {
@@ -384,7 +440,9 @@ impl notifications::Host for StoreCalls<'_> {
 
 impl settings::Host for StoreCalls<'_> {
     fn get(&mut self) -> Call<String> {
-        self.call(|s| Ok(s.service.own_settings(s.actor)?.to_string()))
+        self.call("settings.get", None, |s| {
+            Ok(s.service.own_settings(s.actor)?.to_string())
+        })
     }
 }
 

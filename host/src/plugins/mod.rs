@@ -27,6 +27,7 @@ use crate::service::{Actor, Service};
 pub use limits::Limits;
 pub use runtime::{Failure, Outcome, RuntimeConfig};
 pub use runtime::{LoadedPlugin, Runtime};
+pub use state::HostCall;
 
 /// The operator's bounds on what a manifest may ask for, and the defaults.
 #[derive(Debug, Clone)]
@@ -270,6 +271,19 @@ impl Plugins {
         manifest: &Manifest,
         event: &Event,
     ) -> Result<Outcome> {
+        self.invoke_with(service, actor, manifest, event, false)
+    }
+
+    /// [`Plugins::invoke`], keeping a summary of each host call's arguments when `trace`
+    /// (`plugin run`).
+    pub fn invoke_with(
+        &self,
+        service: &Service,
+        actor: Actor,
+        manifest: &Manifest,
+        event: &Event,
+        trace: bool,
+    ) -> Result<Outcome> {
         let limits = self
             .policy
             .resolve(manifest.limits.as_ref(), "manifest.limits")?;
@@ -277,7 +291,7 @@ impl Plugins {
         let event = convert::event(event)?;
         Ok(self
             .runtime
-            .invoke(&loaded, actor, service.clone(), &limits, &event))
+            .invoke_with(&loaded, actor, service.clone(), &limits, &event, trace))
     }
 }
 

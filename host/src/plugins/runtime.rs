@@ -13,7 +13,7 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 use super::bindings::commerce::plugin::events::Event;
 use super::bindings::{Plugin, PluginPre};
 use super::limits::{LimitExceeded, Limits};
-use super::state::{Invocation, LogLine};
+use super::state::{HostCall, Invocation, LogLine};
 use super::{deadline, host};
 use crate::service::{Actor, Service};
 
@@ -130,6 +130,8 @@ impl std::fmt::Display for Failure {
 pub struct Outcome {
     pub result: Result<(), Failure>,
     pub logs: Vec<LogLine>,
+    /// The store capabilities it called, in order, with what each answered.
+    pub host_calls: Vec<HostCall>,
     pub fuel_used: u64,
     pub elapsed: Duration,
 }
@@ -250,14 +252,31 @@ impl Runtime {
         limits: &Limits,
         event: &Event,
     ) -> Outcome {
+        self.invoke_with(plugin, actor, service, limits, event, false)
+    }
+
+    /// [`Runtime::invoke`], with `trace`: the outcome's host calls keep a summary of their
+    /// arguments (for `plugin run`; the delivery engine does not pay for it).
+    pub fn invoke_with(
+        &self,
+        plugin: &LoadedPlugin,
+        actor: Actor,
+        service: Service,
+        limits: &Limits,
+        event: &Event,
+        trace: bool,
+    ) -> Outcome {
         let started = Instant::now();
-        let mut store = Store::new(&self.engine, Invocation::new(actor, service, limits));
+        let state = Invocation::with_trace(actor, service, limits, trace);
+        let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
         let result = self.run(&mut store, plugin, limits, event);
         let fuel_used = limits.fuel.saturating_sub(store.get_fuel().unwrap_or(0));
+        let (logs, host_calls) = store.into_data().into_parts();
         Outcome {
             result,
-            logs: store.into_data().into_logs(),
+            logs,
+            host_calls,
             fuel_used,
             elapsed: started.elapsed(),
         }

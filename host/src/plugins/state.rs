@@ -6,6 +6,7 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+use super::bindings::commerce::plugin::types::HostError;
 use super::limits::{Limiter, Limits, Meter};
 use crate::service::{Actor, Service};
 
@@ -19,6 +20,23 @@ pub struct LogLine {
     pub message: String,
 }
 
+/// Longest argument summary kept for a traced host call, in bytes.
+pub const MAX_ARGS_SUMMARY: usize = 200;
+
+/// One store capability a component called during an invocation, as `plugin run` prints it.
+///
+/// Recorded for every invocation (a push of a static name and `None` for a call that succeeded;
+/// the host-call limit bounds how many); the argument summary only when the invocation is traced.
+#[derive(Debug, Clone)]
+pub struct HostCall {
+    /// `interface.function`, e.g. `orders.get`.
+    pub function: &'static str,
+    /// Its arguments, summarised and cut to [`MAX_ARGS_SUMMARY`] bytes (traced invocations only).
+    pub args: Option<String>,
+    /// The typed error the plugin got, or `None` when the call succeeded.
+    pub error: Option<HostError>,
+}
+
 /// The `T` of `Store<T>`: per-invocation state, dropped with the instance.
 pub struct Invocation {
     wasi: WasiCtx,
@@ -28,6 +46,9 @@ pub struct Invocation {
     pub(crate) actor: Actor,
     pub(crate) service: Service,
     pub(crate) logs: Vec<LogLine>,
+    pub(crate) calls: Vec<HostCall>,
+    /// Whether host calls keep a summary of their arguments (`plugin run`).
+    trace: bool,
     stderr: MemoryOutputPipe,
     /// When the invocation must end: epoch interruption enforces it while wasm runs, and
     /// [`super::deadline`] while the guest waits inside WASI.
@@ -37,6 +58,11 @@ pub struct Invocation {
 impl Invocation {
     /// State for one event delivered to `actor`'s plugin.
     pub fn new(actor: Actor, service: Service, limits: &Limits) -> Self {
+        Self::with_trace(actor, service, limits, false)
+    }
+
+    /// State for one event, keeping argument summaries of host calls when `trace`.
+    pub fn with_trace(actor: Actor, service: Service, limits: &Limits, trace: bool) -> Self {
         // No preopened folders, environment, arguments or sockets: WASI's imports are inert. Stderr
         // (where a Rust panic message goes) is captured within the log budget; stdout is dropped.
         let stderr = MemoryOutputPipe::new(limits.log_bytes.min(16 << 10));
@@ -54,6 +80,8 @@ impl Invocation {
             actor,
             service,
             logs: Vec::new(),
+            calls: Vec::new(),
+            trace,
             stderr,
             deadline: Instant::now() + limits.wall_clock,
         }
@@ -61,6 +89,11 @@ impl Invocation {
 
     /// The plugin's log lines, then what it wrote to stderr.
     pub fn into_logs(self) -> Vec<LogLine> {
+        self.into_parts().0
+    }
+
+    /// The plugin's log lines (then what it wrote to stderr) and the host calls it made.
+    pub fn into_parts(self) -> (Vec<LogLine>, Vec<HostCall>) {
         let mut logs = self.logs;
         let stderr = self.stderr.contents();
         if !stderr.is_empty() {
@@ -69,7 +102,7 @@ impl Invocation {
                 message: String::from_utf8_lossy(&stderr).into_owned(),
             });
         }
-        logs
+        (logs, self.calls)
     }
 
     pub(crate) fn store_calls(&mut self) -> StoreCalls<'_> {
@@ -77,6 +110,8 @@ impl Invocation {
             meter: &mut self.meter,
             actor: &self.actor,
             service: &self.service,
+            calls: &mut self.calls,
+            trace: self.trace,
         }
     }
 
@@ -109,6 +144,8 @@ pub struct StoreCalls<'a> {
     pub(crate) meter: &'a mut Meter,
     pub(crate) actor: &'a Actor,
     pub(crate) service: &'a Service,
+    pub(crate) calls: &'a mut Vec<HostCall>,
+    pub(crate) trace: bool,
 }
 
 /// The view the `log` interface gets.
