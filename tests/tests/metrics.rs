@@ -8,7 +8,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use commerce_host_tests::TestHost;
 use commerce_host_tests::components::component;
-use commerce_host_tests::receiver::Receiver;
+use commerce_host_tests::receiver::{Behavior, Receiver};
 use reqwest::Method;
 use serde_json::json;
 
@@ -393,4 +393,81 @@ async fn notifications_are_counted_by_channel_and_outcome_with_quota_refusals() 
         s.text
     );
     assert_eq!(provider.requests("/sms").len(), 1);
+}
+
+/// A webhook store whose plugin may create customers and receive `customer.created` at `url`.
+async fn hooked_store(host: &TestHost, url: &str) -> String {
+    let (_, token) = host
+        .store_with_plugin("queue.example", &["customers.read", "customers.write"])
+        .await;
+    host.subscribe(&token, url, &["customer.created"]).await;
+    host.call(
+        &token,
+        Method::POST,
+        "/v1/customers",
+        Some(json!({"email": "ann@example.com"})),
+    )
+    .await
+    .expect(201);
+    token
+}
+
+#[tokio::test]
+async fn the_queue_gauges_show_a_due_delivery_in_flight_and_its_age() {
+    let host = TestHost::start_for_webhooks(|_| {}).await;
+    let receiver = Receiver::start().await;
+    receiver.set("/slow", Behavior::Hang(Duration::from_secs(5)));
+    hooked_store(&host, &receiver.url("/slow")).await;
+    receiver.wait_for("/slow", 1, Duration::from_secs(10)).await;
+    host.clock.advance(jiff::SignedDuration::from_secs(90));
+    let s = scrape(&host).await;
+    assert_eq!(
+        s.get("commerce_host_delivery_queue_due", &[]),
+        Some(1.0),
+        "{}",
+        s.text
+    );
+    assert_eq!(
+        s.get("commerce_host_delivery_queue_oldest_due_age_seconds", &[]),
+        Some(90.0),
+        "{}",
+        s.text
+    );
+}
+
+#[tokio::test]
+async fn a_target_paused_when_its_retries_run_out_is_counted_once() {
+    let host = TestHost::start_for_webhooks(|_| {}).await;
+    let receiver = Receiver::start().await;
+    receiver.set("/down", Behavior::Status(500));
+    hooked_store(&host, &receiver.url("/down")).await;
+    let failed = [("target", "webhook"), ("outcome", "failed")];
+    let attempts = "commerce_host_delivery_attempts_total";
+    for (i, mins) in [1, 5, 30, 120, 360, 1440].into_iter().enumerate() {
+        // The clock may move only once the attempt is recorded: its failure starts the wait.
+        scrape_until(&host, "the failed attempt", |s| {
+            s.count(attempts, &failed) >= (i + 1) as f64
+        })
+        .await;
+        host.clock.advance(jiff::SignedDuration::from_mins(mins));
+    }
+    let s = scrape_until(&host, "the pause", |s| {
+        s.count(
+            "commerce_host_delivery_targets_paused_total",
+            &[("target", "webhook")],
+        ) >= 1.0
+    })
+    .await;
+    assert_eq!(s.count(attempts, &failed), 7.0, "{}", s.text);
+    assert_eq!(
+        s.count(
+            "commerce_host_delivery_targets_paused_total",
+            &[("target", "webhook")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        s.count(attempts, &[("target", "webhook"), ("outcome", "succeeded")]),
+        0.0
+    );
 }
