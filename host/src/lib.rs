@@ -11,6 +11,7 @@ pub mod delivery;
 pub mod error;
 pub mod http;
 pub mod ids;
+pub mod metrics;
 pub mod notify;
 pub mod outbound;
 pub mod plugins;

@@ -31,6 +31,7 @@ use self::records::{DUE_PREFIX, DueEntry, RETENTION, TargetRef, due_ms_of, milli
 use self::target::{Target, TargetState};
 use self::webhook::WebhookSender;
 use crate::error::Result;
+use crate::metrics::TargetKind;
 use crate::notify::Mail;
 use crate::service::Service;
 use crate::service::events::{Cause, with_cause};
@@ -207,7 +208,7 @@ impl Shared {
     fn tick(self: &Arc<Self>, tasks: &mut JoinSet<()>, next_purge: &mut Timestamp) -> Result<bool> {
         let db = &self.service.db;
         let now = self.service.now();
-        let fanned = queue::fan_out(db, now, BATCH)?;
+        let fanned = queue::fan_out(db, &self.service.metrics, now, BATCH)?;
         if now >= *next_purge {
             let purged = queue::purge(db, now, BATCH)?;
             if purged > 0 {
@@ -368,6 +369,7 @@ impl Shared {
             }
         };
         let started = service.now();
+        let wall = std::time::Instant::now();
         let outcome = match &target {
             Target::Webhook(sub) => {
                 let scopes = db
@@ -395,7 +397,15 @@ impl Shared {
         let now = service.now();
         let paused =
             db.tx_relaxed(|tx| queue::record_attempt(tx, due_key, entry, &outcome, now))?;
+        let kind = match &target {
+            Target::Webhook(_) => TargetKind::Webhook,
+            Target::Component(_) => TargetKind::Component,
+        };
+        service
+            .metrics
+            .delivery_attempt(kind, outcome.succeeded, wall.elapsed());
         if let Some(target) = paused {
+            service.metrics.target_paused(kind);
             self.notify_paused(&target).await?;
         }
         Ok(())
@@ -423,8 +433,16 @@ impl Shared {
             })
         })
         .await;
+        let took = wall.elapsed();
         let mut outcome = webhook::Outcome::unsent(started, String::new());
-        outcome.duration_ms = u64::try_from(wall.elapsed().as_millis()).unwrap_or(u64::MAX);
+        outcome.duration_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
+        let result = match &ran {
+            Ok(Ok(ran)) => Some(&ran.result),
+            _ => None,
+        };
+        self.service
+            .metrics
+            .component_invocation(crate::metrics::invocation_outcome(result), took);
         match ran {
             Ok(Ok(ran)) => {
                 outcome.succeeded = ran.result.is_ok();

@@ -40,8 +40,14 @@ fn enqueue(tx: &mut Tx<'_>, delivery: &mut Delivery, at: Timestamp) -> Result<()
     Ok(())
 }
 
-/// Fans out up to `limit` outbox entries; returns how many it took.
-pub fn fan_out(db: &Db, now: Timestamp, limit: usize) -> Result<usize> {
+/// Fans out up to `limit` outbox entries; returns how many it took. Each committed event is
+/// counted in `metrics` once, when the transaction that removes its outbox entry commits.
+pub fn fan_out(
+    db: &Db,
+    metrics: &crate::metrics::Metrics,
+    now: Timestamp,
+    limit: usize,
+) -> Result<usize> {
     let batch: Vec<(String, OutboxEntry)> = db.list(OUTBOX_PREFIX, None, false, limit)?;
     for (key, entry) in &batch {
         let event: Option<Event> = db.read(&event_key(&entry.store_id, &entry.event_id))?;
@@ -49,13 +55,13 @@ pub fn fan_out(db: &Db, now: Timestamp, limit: usize) -> Result<usize> {
             Some(event) => target::candidates(db, &entry.store_id, event)?,
             None => Vec::new(),
         };
-        db.tx_relaxed(|tx| {
+        let fanned = db.tx_relaxed(|tx| {
             if tx.read::<OutboxEntry>(key)?.is_none() {
-                return Ok(());
+                return Ok(false);
             }
             tx.remove(key)?;
             let Some(event) = &event else {
-                return Ok(()); // Expired before it was fanned out.
+                return Ok(false); // Expired before it was fanned out.
             };
             let mut targets = Vec::new();
             for target in &candidates {
@@ -105,10 +111,30 @@ pub fn fan_out(db: &Db, now: Timestamp, limit: usize) -> Result<usize> {
                     targets,
                     test: false,
                 },
-            )
+            )?;
+            Ok(true)
         })?;
+        if fanned && let Some(event) = &event {
+            metrics.event_emitted(event.kind.as_str());
+        }
     }
     Ok(batch.len())
+}
+
+/// The delivery queue at `now`, for the metrics: how many entries are due (in flight included),
+/// counting at most `limit` (one scan of at most `limit` keys), and how long the oldest one has
+/// been due.
+pub fn due_stats(db: &Db, now: Timestamp, limit: usize) -> Result<(usize, std::time::Duration)> {
+    let now_ms = millis(now);
+    let entries: Vec<(String, serde::de::IgnoredAny)> =
+        db.list(super::records::DUE_PREFIX, None, false, limit)?;
+    let due: Vec<u64> = entries
+        .iter()
+        .filter_map(|(key, _)| super::records::due_ms_of(key))
+        .take_while(|due| *due <= now_ms)
+        .collect();
+    let oldest = due.first().map_or(0, |first| now_ms.saturating_sub(*first));
+    Ok((due.len(), std::time::Duration::from_millis(oldest)))
 }
 
 /// The delivery a queue entry names, if the entry is still its current one (else the entry is a

@@ -6,6 +6,7 @@ pub mod customers;
 pub mod extract;
 pub mod health;
 pub mod idempotency;
+pub mod metrics;
 pub mod middleware;
 pub mod notifications;
 pub mod openapi;
@@ -78,9 +79,17 @@ pub fn router(state: AppState) -> Router {
         .nest("/v1", v1)
         .nest("/admin/v1", admin)
         .merge(health::router())
+        .merge(metrics::router())
+        // Every matched route notes its template for the request metrics (`track`, below).
+        .route_layer(axum::middleware::from_fn(metrics::mark_route))
         .fallback(|uri: axum::http::Uri| async move { Error::NoRoute(uri.path().to_owned()) })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn(serve::header_limits))
+        // Inside `request_context`, which rebuilds error responses without their extensions.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            metrics::track,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             middleware::request_context,

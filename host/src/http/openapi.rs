@@ -29,7 +29,7 @@ plugin's `contact_email` is mailed. Delivery is at least once and unordered. Eve
 kept 30 days from the event, then purged."
     ),
     paths(
-        health::healthz, health::readyz,
+        health::healthz, health::readyz, super::metrics::metrics,
         v1::current_installation,
         orders::list_orders, orders::get_order, orders::create_order, orders::update_order,
         orders::fulfill, orders::refund, orders::complete, orders::cancel,
@@ -58,7 +58,7 @@ kept 30 days from the event, then purged."
         crate::service::events::Event, crate::service::scopes::EventType)),
     modifiers(&Security),
     tags(
-        (name = "health", description = "Probes: `/healthz` (process up) and `/readyz` (storage answers, delivery engine runs). No token, no rate limit."),
+        (name = "health", description = "Probes: `/healthz` (process up) and `/readyz` (storage answers, delivery engine runs), and `/metrics` (Prometheus text format). No token, no rate limit."),
         (name = "installation", description = "The calling installation"),
         (name = "orders", description = "Orders: `status` draft → open → cancelled; `financial_status` pending → paid → partially_refunded → refunded; `fulfillment_status` unfulfilled → partially_fulfilled → fulfilled. Illegal transitions are 409 with a code."),
         (name = "products", description = "Products, variants and stock. Prices are positive integers in minor units with an ISO 4217 currency."),

@@ -16,6 +16,7 @@ use super::templates;
 use super::worker::queue_key;
 use crate::error::{Error, Result};
 use crate::ids::{MessageId, StoreId};
+use crate::metrics::NotificationOutcome;
 use crate::service::customers::Customer;
 use crate::service::stores::{Installation, Store};
 use crate::service::{Actor, Service};
@@ -34,11 +35,20 @@ impl Service {
         actor: &Actor,
         request: NotificationRequest,
     ) -> Result<NotificationAccepted> {
-        match request.validate()? {
+        let sent = match request.validate()? {
             Outgoing::Message(message) => self.send_message(actor, message),
             Outgoing::Banner(banner) => self.post_banner(actor, banner),
             Outgoing::Feed(card) => self.post_feed_card(actor, card),
+        };
+        match &sent {
+            Ok(accepted) => self.metrics.notification(
+                accepted.notification.channel.as_str(),
+                NotificationOutcome::Accepted,
+            ),
+            Err(Error::QuotaExceeded { channel, .. }) => self.metrics.quota_refused(channel),
+            Err(_) => {}
         }
+        sent
     }
 
     /// Sends a templated message (email, sms, whatsapp, push) to one recipient.

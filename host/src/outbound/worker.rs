@@ -22,6 +22,7 @@ use super::records::{Channel, Message, MessageStatus};
 use super::senders::{Sender, SenderSettings, SmtpSettings, SmtpTls};
 use crate::error::Result;
 use crate::ids::{MessageId, StoreId};
+use crate::metrics::NotificationOutcome;
 use crate::service::Service;
 
 /// Delays before the retries of a message after a transient failure.
@@ -110,11 +111,11 @@ impl Service {
     fn finish(&self, claim: &Claim, outcome: Option<Outcome>, now: Timestamp) -> Result<()> {
         let store = &claim.message.store.id;
         let id = claim.message.id();
-        self.db.tx(|tx| {
+        let status = self.db.tx(|tx| {
             tx.remove(&claim.lease)?;
             let key = Message::key(store, id);
             let Some(mut record) = tx.read::<Message>(&key)? else {
-                return Ok(());
+                return Ok(None);
             };
             let n = &mut record.notification;
             n.updated_at = now;
@@ -145,8 +146,17 @@ impl Service {
                     }
                 }
             }
-            tx.write(&key, &record)
-        })
+            tx.write(&key, &record)?;
+            Ok(Some(record.notification.status))
+        })?;
+        let outcome = match status {
+            Some(MessageStatus::Sent) => NotificationOutcome::Sent,
+            Some(MessageStatus::Failed) => NotificationOutcome::Failed,
+            _ => return Ok(()),
+        };
+        let channel = claim.message.notification.channel;
+        self.metrics.notification(channel.as_str(), outcome);
+        Ok(())
     }
 
     /// Sends every message due now; returns how many were attempted.

@@ -164,6 +164,7 @@ impl Service {
     pub fn admit(&self, actor: &Actor) -> Result<RateStatus, (Error, RateStatus)> {
         self.limiter
             .admit(actor.store_id(), actor.limits, self.clock.now())
+            .inspect_err(|_| self.metrics.rate_limited(crate::metrics::RateLimit::Store))
     }
 
     /// Refuses a request that needs authentication while its client address has no failed
@@ -171,7 +172,10 @@ impl Service {
     /// known address (a request that did not come over a socket) nothing is limited.
     pub fn admit_unauthenticated(&self, client: Option<IpAddr>) -> Result<()> {
         match client {
-            Some(ip) => self.auth_limiter.check(ip, self.clock.now()),
+            Some(ip) => self
+                .auth_limiter
+                .check(ip, self.clock.now())
+                .inspect_err(|_| self.metrics.rate_limited(crate::metrics::RateLimit::Auth)),
             None => Ok(()),
         }
     }

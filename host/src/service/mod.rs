@@ -67,6 +67,8 @@ pub struct Inner {
     admin_token_hash: [u8; 32],
     /// Wakes the outbound message worker when a message is queued.
     pub outbound: Arc<tokio::sync::Notify>,
+    /// This host's metrics registry (`GET /metrics`).
+    pub metrics: crate::metrics::Metrics,
 }
 
 /// Settings of the service beyond storage and time.
@@ -141,6 +143,7 @@ impl Service {
                 cursors: pagination::Cursors::new(key),
                 admin_token_hash: auth::hash_token(admin_token),
                 outbound: Arc::default(),
+                metrics: crate::metrics::Metrics::new(),
             }),
         })
     }

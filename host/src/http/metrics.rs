@@ -1,0 +1,100 @@
+//! `GET /metrics` (the Prometheus text format) and the layers that count HTTP requests.
+//!
+//! Like the health probes, `/metrics` needs no token and is outside the `/v1` and `/admin/v1`
+//! rate limits, as a Prometheus scrape expects; its series name no store, installation or id.
+//! Operators expose it only on a private network (or behind their proxy's access rules).
+
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderValue, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+
+use super::AppState;
+use crate::error::Error;
+use crate::metrics::QUEUE_SCAN_LIMIT;
+
+/// The `route` label of a request that matched no route.
+pub const UNMATCHED: &str = "unmatched";
+
+/// The `/metrics` route.
+pub fn router() -> Router<AppState> {
+    Router::new().route("/metrics", get(metrics))
+}
+
+/// `GET /metrics`: this host's series in the Prometheus text format (version 0.0.4). No token,
+/// no rate limit.
+#[utoipa::path(get, path = "/metrics", tag = "health",
+    responses((status = 200, description = "the Prometheus text format", content_type = "text/plain")))]
+pub async fn metrics(State(app): State<AppState>) -> Result<Response, Error> {
+    let service = app.service.clone();
+    let text = tokio::task::spawn_blocking(move || {
+        let now = service.now();
+        let (due, oldest) = crate::delivery::queue::due_stats(&service.db, now, QUEUE_SCAN_LIMIT)?;
+        service.metrics.queue(due, oldest);
+        Ok::<_, Error>(service.metrics.render())
+    })
+    .await
+    .map_err(|e| Error::Internal(anyhow::anyhow!("rendering the metrics: {e}")))??;
+    let mut response = text.into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    Ok(response)
+}
+
+/// The route template a request matched, handed from [`mark_route`] to [`track`] in the
+/// response's extensions.
+#[derive(Debug, Clone)]
+struct RouteTemplate(String);
+
+/// A route layer: notes the matched route template (`/v1/orders/{id}`) on the response.
+pub async fn mark_route(req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned());
+    let mut response = next.run(req).await;
+    if let Some(route) = route {
+        response.extensions_mut().insert(RouteTemplate(route));
+    }
+    response
+}
+
+/// Counts every request by route template, method and status, and times it. A request that
+/// matched no route counts under `route="unmatched"`, never its raw path.
+pub async fn track(State(app): State<AppState>, req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = req.method().clone();
+    let response = next.run(req).await;
+    let route = response
+        .extensions()
+        .get::<RouteTemplate>()
+        .map_or(UNMATCHED, |r| r.0.as_str());
+    app.service.metrics.http_request(
+        route,
+        method_label(&method),
+        response.status().as_u16(),
+        started.elapsed(),
+    );
+    response
+}
+
+/// The `method` label: the standard methods, anything else as `other` (bounded cardinality).
+fn method_label(method: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    }
+}

@@ -1,0 +1,386 @@
+//! Operational metrics, served as `GET /metrics` in the Prometheus text format.
+//!
+//! Every host has its own registry: [`Metrics`] holds a `metrics-exporter-prometheus` recorder
+//! that is never installed as the process-wide one. Each recording site passes it to
+//! [`metrics::with_local_recorder`] around a synchronous call of the `metrics` macros (no `.await`
+//! inside), so two hosts in one process (as in the tests) never see each other's series, and a
+//! series counts exactly what its host did. The recorder lives in the service (`service.metrics`),
+//! which every layer already holds.
+//!
+//! Labels carry only bounded sets of values: route templates (never a raw path with ids), status
+//! codes, event types, channels, target kinds and outcomes; never a store, installation or id.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use metrics::{
+    Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
+};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
+
+use crate::plugins::Failure;
+use crate::plugins::limits::LimitExceeded;
+
+/// Upper bounds of the latency buckets, in seconds (5 ms to 60 s).
+const SECONDS_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+/// `commerce_host_http_requests_total{route,method,status}`.
+pub const HTTP_REQUESTS: &str = "commerce_host_http_requests_total";
+/// `commerce_host_http_request_duration_seconds{route,method}`.
+pub const HTTP_DURATION: &str = "commerce_host_http_request_duration_seconds";
+/// `commerce_host_rate_limited_requests_total{limit}`.
+pub const RATE_LIMITED: &str = "commerce_host_rate_limited_requests_total";
+/// `commerce_host_quota_refusals_total{channel}`.
+pub const QUOTA_REFUSALS: &str = "commerce_host_quota_refusals_total";
+/// `commerce_host_events_emitted_total{type}`.
+pub const EVENTS_EMITTED: &str = "commerce_host_events_emitted_total";
+/// `commerce_host_delivery_attempts_total{target,outcome}`.
+pub const DELIVERY_ATTEMPTS: &str = "commerce_host_delivery_attempts_total";
+/// `commerce_host_delivery_attempt_duration_seconds{target}`.
+pub const DELIVERY_DURATION: &str = "commerce_host_delivery_attempt_duration_seconds";
+/// `commerce_host_delivery_queue_due`.
+pub const QUEUE_DUE: &str = "commerce_host_delivery_queue_due";
+/// `commerce_host_delivery_queue_oldest_due_age_seconds`.
+pub const QUEUE_OLDEST_AGE: &str = "commerce_host_delivery_queue_oldest_due_age_seconds";
+/// `commerce_host_delivery_targets_paused_total{target}`.
+pub const TARGETS_PAUSED: &str = "commerce_host_delivery_targets_paused_total";
+/// `commerce_host_component_invocations_total{outcome}`.
+pub const COMPONENT_INVOCATIONS: &str = "commerce_host_component_invocations_total";
+/// `commerce_host_component_invocation_duration_seconds{outcome}`.
+pub const COMPONENT_DURATION: &str = "commerce_host_component_invocation_duration_seconds";
+/// `commerce_host_notifications_total{channel,outcome}`.
+pub const NOTIFICATIONS: &str = "commerce_host_notifications_total";
+
+/// The queue-depth gauge counts at most this many due entries (one bounded scan per scrape).
+pub const QUEUE_SCAN_LIMIT: usize = 10_000;
+
+/// Which limit refused a request with 429 `rate_limited`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateLimit {
+    /// The store's request rate limit on `/v1`.
+    Store,
+    /// The per-address limit on failed authentication.
+    Auth,
+}
+
+impl RateLimit {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Store => "store",
+            Self::Auth => "auth",
+        }
+    }
+}
+
+/// What a delivery went to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetKind {
+    /// A webhook subscription.
+    Webhook,
+    /// A component installation.
+    Component,
+}
+
+impl TargetKind {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Webhook => "webhook",
+            Self::Component => "component",
+        }
+    }
+}
+
+/// How a notification moved: accepted at the request, then sent or finally failed by the worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotificationOutcome {
+    /// Accepted (queued, put in the outbox, or shown).
+    Accepted,
+    /// Sent through the merchant's sender.
+    Sent,
+    /// Failed for good (a permanent failure, or the retries ran out).
+    Failed,
+}
+
+impl NotificationOutcome {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Accepted => "accepted",
+            Self::Sent => "sent",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+/// The `outcome` label of a component invocation that ended with `failure`.
+pub fn failure_outcome(failure: &Failure) -> &'static str {
+    match failure {
+        Failure::Handler(_) => "handler_error",
+        Failure::OutOfFuel => "fuel",
+        Failure::Timeout => "timeout",
+        Failure::Limit(LimitExceeded::Memory { .. }) => "memory",
+        Failure::Limit(LimitExceeded::HostCalls { .. } | LimitExceeded::LogBytes { .. }) => "limit",
+        Failure::StackOverflow | Failure::MemoryFault | Failure::Panic | Failure::Trap(_) => "trap",
+        Failure::Instantiate(_) => "instantiate",
+    }
+}
+
+/// The `outcome` label of a component invocation: `ok`, a [`failure_outcome`], or `host_error`
+/// when the host could not run it at all.
+pub fn invocation_outcome(result: Option<&Result<(), Failure>>) -> &'static str {
+    match result {
+        Some(Ok(())) => "ok",
+        Some(Err(failure)) => failure_outcome(failure),
+        None => "host_error",
+    }
+}
+
+/// One host's metrics registry.
+#[derive(Clone)]
+pub struct Metrics {
+    recorder: Arc<PrometheusRecorder>,
+    handle: PrometheusHandle,
+}
+
+impl fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A new, empty registry with the series described.
+    pub fn new() -> Self {
+        let builder = PrometheusBuilder::new();
+        let recorder = match builder.set_buckets(SECONDS_BUCKETS) {
+            Ok(builder) => builder.build_recorder(),
+            // Only an empty bucket list is refused; fall back to summaries rather than fail.
+            Err(_) => PrometheusBuilder::new().build_recorder(),
+        };
+        let handle = recorder.handle();
+        let metrics = Self {
+            recorder: Arc::new(recorder),
+            handle,
+        };
+        metrics.describe();
+        metrics
+    }
+
+    fn with<T>(&self, f: impl FnOnce() -> T) -> T {
+        metrics::with_local_recorder(self.recorder.as_ref(), f)
+    }
+
+    fn describe(&self) {
+        self.with(|| {
+            describe_counter!(HTTP_REQUESTS, "HTTP requests by route template, method and status.");
+            describe_histogram!(
+                HTTP_DURATION,
+                Unit::Seconds,
+                "Time to answer an HTTP request, by route template and method."
+            );
+            describe_counter!(
+                RATE_LIMITED,
+                "Requests refused with 429 rate_limited, by limit (store, auth)."
+            );
+            describe_counter!(
+                QUOTA_REFUSALS,
+                "Notifications refused with 429 quota_exceeded, by channel."
+            );
+            describe_counter!(EVENTS_EMITTED, "Committed events fanned out, by type.");
+            describe_counter!(
+                DELIVERY_ATTEMPTS,
+                "Delivery attempts by target kind (webhook, component) and outcome (succeeded, failed)."
+            );
+            describe_histogram!(
+                DELIVERY_DURATION,
+                Unit::Seconds,
+                "Duration of a delivery attempt, by target kind."
+            );
+            describe_gauge!(
+                QUEUE_DUE,
+                "Delivery queue entries due now (in flight included), counted up to 10000."
+            );
+            describe_gauge!(
+                QUEUE_OLDEST_AGE,
+                Unit::Seconds,
+                "How long the oldest due delivery queue entry has been due (0 when none is)."
+            );
+            describe_counter!(
+                TARGETS_PAUSED,
+                "Targets paused because their retries ran out, by target kind."
+            );
+            describe_counter!(
+                COMPONENT_INVOCATIONS,
+                "Component invocations by outcome (ok, handler_error, trap, fuel, memory, timeout, limit, instantiate, host_error)."
+            );
+            describe_histogram!(
+                COMPONENT_DURATION,
+                Unit::Seconds,
+                "Wall-clock duration of a component invocation, by outcome."
+            );
+            describe_counter!(
+                NOTIFICATIONS,
+                "Notifications by channel and outcome (accepted, sent, failed)."
+            );
+        });
+    }
+
+    /// Renders the registry in the Prometheus text format.
+    pub fn render(&self) -> String {
+        self.handle.render()
+    }
+
+    /// An HTTP request was answered.
+    pub fn http_request(&self, route: &str, method: &str, status: u16, took: Duration) {
+        let (route, method) = (route.to_owned(), method.to_owned());
+        self.with(|| {
+            counter!(HTTP_REQUESTS, "route" => route.clone(), "method" => method.clone(), "status" => status.to_string())
+                .increment(1);
+            histogram!(HTTP_DURATION, "route" => route, "method" => method)
+                .record(took.as_secs_f64());
+        });
+    }
+
+    /// A request was refused with 429 `rate_limited`.
+    pub fn rate_limited(&self, limit: RateLimit) {
+        self.with(|| counter!(RATE_LIMITED, "limit" => limit.label()).increment(1));
+    }
+
+    /// A notification was refused with 429 `quota_exceeded`.
+    pub fn quota_refused(&self, channel: &str) {
+        let channel = channel.to_owned();
+        self.with(|| counter!(QUOTA_REFUSALS, "channel" => channel).increment(1));
+    }
+
+    /// A committed event was fanned out.
+    pub fn event_emitted(&self, kind: &str) {
+        let kind = kind.to_owned();
+        self.with(|| counter!(EVENTS_EMITTED, "type" => kind).increment(1));
+    }
+
+    /// A delivery attempt reached its target and was recorded.
+    pub fn delivery_attempt(&self, target: TargetKind, succeeded: bool, took: Duration) {
+        let outcome = if succeeded { "succeeded" } else { "failed" };
+        self.with(|| {
+            counter!(DELIVERY_ATTEMPTS, "target" => target.label(), "outcome" => outcome)
+                .increment(1);
+            histogram!(DELIVERY_DURATION, "target" => target.label()).record(took.as_secs_f64());
+        });
+    }
+
+    /// A target was paused because its retries ran out.
+    pub fn target_paused(&self, target: TargetKind) {
+        self.with(|| counter!(TARGETS_PAUSED, "target" => target.label()).increment(1));
+    }
+
+    /// A component invocation ended with `outcome` (see [`invocation_outcome`]).
+    pub fn component_invocation(&self, outcome: &'static str, took: Duration) {
+        self.with(|| {
+            counter!(COMPONENT_INVOCATIONS, "outcome" => outcome).increment(1);
+            histogram!(COMPONENT_DURATION, "outcome" => outcome).record(took.as_secs_f64());
+        });
+    }
+
+    /// A notification on `channel` moved to `outcome`.
+    pub fn notification(&self, channel: &str, outcome: NotificationOutcome) {
+        let channel = channel.to_owned();
+        self.with(|| {
+            counter!(NOTIFICATIONS, "channel" => channel, "outcome" => outcome.label())
+                .increment(1);
+        });
+    }
+
+    /// Sets the queue gauges (computed at scrape time).
+    pub fn queue(&self, due: usize, oldest_age: Duration) {
+        self.with(|| {
+            gauge!(QUEUE_DUE).set(due as f64);
+            gauge!(QUEUE_OLDEST_AGE).set(oldest_age.as_secs_f64());
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_component_failure_maps_to_its_outcome_label() {
+        let cases = [
+            (Failure::Handler("no".into()), "handler_error"),
+            (Failure::OutOfFuel, "fuel"),
+            (Failure::Timeout, "timeout"),
+            (
+                Failure::Limit(LimitExceeded::Memory {
+                    desired: 2,
+                    limit: 1,
+                }),
+                "memory",
+            ),
+            (
+                Failure::Limit(LimitExceeded::HostCalls { limit: 1 }),
+                "limit",
+            ),
+            (
+                Failure::Limit(LimitExceeded::LogBytes { limit: 1 }),
+                "limit",
+            ),
+            (Failure::StackOverflow, "trap"),
+            (Failure::MemoryFault, "trap"),
+            (Failure::Panic, "trap"),
+            (Failure::Trap("unreachable".into()), "trap"),
+            (Failure::Instantiate("pool full".into()), "instantiate"),
+        ];
+        for (failure, label) in cases {
+            assert_eq!(failure_outcome(&failure), label, "{failure}");
+            assert_eq!(invocation_outcome(Some(&Err(failure))), label);
+        }
+        assert_eq!(invocation_outcome(Some(&Ok(()))), "ok");
+        assert_eq!(invocation_outcome(None), "host_error");
+    }
+
+    #[test]
+    fn two_registries_do_not_share_series() {
+        let (a, b) = (Metrics::new(), Metrics::new());
+        a.event_emitted("order.created");
+        a.event_emitted("order.created");
+        b.event_emitted("order.paid");
+        let (a, b) = (a.render(), b.render());
+        assert!(
+            a.contains(r#"commerce_host_events_emitted_total{type="order.created"} 2"#),
+            "{a}"
+        );
+        assert!(!a.contains("order.paid"), "{a}");
+        assert!(!b.contains("order.created"), "{b}");
+    }
+
+    #[test]
+    fn durations_render_as_histograms_with_buckets() {
+        let m = Metrics::new();
+        m.delivery_attempt(TargetKind::Webhook, true, Duration::from_millis(20));
+        let text = m.render();
+        assert!(
+            text.contains("# TYPE commerce_host_delivery_attempt_duration_seconds histogram"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"commerce_host_delivery_attempt_duration_seconds_bucket{target="webhook",le="0.025"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"commerce_host_delivery_attempts_total{target="webhook",outcome="succeeded"} 1"#
+            ),
+            "{text}"
+        );
+    }
+}

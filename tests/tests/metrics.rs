@@ -1,0 +1,473 @@
+//! `GET /metrics`: the Prometheus text format, scraped after a known sequence of requests,
+//! deliveries, component invocations and notifications on a fresh host. Each host has its own
+//! registry, so the counts are exact even with other hosts running in this process.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use base64::Engine as _;
+use commerce_host_tests::TestHost;
+use commerce_host_tests::components::component;
+use commerce_host_tests::receiver::{Behavior, Receiver};
+use reqwest::Method;
+use serde_json::json;
+
+/// A scrape: each sample's name and labels, with its value.
+struct Scrape {
+    text: String,
+    samples: Vec<(String, BTreeMap<String, String>, f64)>,
+}
+
+impl Scrape {
+    fn parse(text: String) -> Self {
+        let mut samples = Vec::new();
+        for line in text.lines() {
+            if line.starts_with('#') || line.trim().is_empty() {
+                continue;
+            }
+            let (series, value) = line.rsplit_once(' ').expect("`series value`");
+            let value: f64 = value.parse().expect("a number");
+            let (name, labels) = match series.split_once('{') {
+                Some((name, rest)) => (name, rest.strip_suffix('}').expect("closing brace")),
+                None => (series, ""),
+            };
+            let labels = labels
+                .split("\",")
+                .filter(|l| !l.is_empty())
+                .map(|l| {
+                    let (k, v) = l.split_once("=\"").expect("label=\"value\"");
+                    (k.to_owned(), v.trim_end_matches('"').to_owned())
+                })
+                .collect();
+            samples.push((name.to_owned(), labels, value));
+        }
+        Self { text, samples }
+    }
+
+    /// The value of the sample `name` with exactly `labels`, if it was rendered.
+    fn get(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        let wanted: BTreeMap<String, String> = labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        self.samples
+            .iter()
+            .find(|(n, l, _)| n == name && *l == wanted)
+            .map(|(_, _, v)| *v)
+    }
+
+    /// Like [`Scrape::get`], 0 when the series was never recorded.
+    fn count(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.get(name, labels).unwrap_or(0.0)
+    }
+}
+
+async fn scrape(host: &TestHost) -> Scrape {
+    let response = host
+        .request(Method::GET, "/metrics")
+        .send()
+        .await
+        .expect("scraped");
+    assert_eq!(response.status(), 200);
+    let content_type = response.headers()["content-type"]
+        .to_str()
+        .expect("ascii")
+        .to_owned();
+    assert!(
+        content_type.starts_with("text/plain; version=0.0.4"),
+        "{content_type}"
+    );
+    Scrape::parse(response.text().await.expect("body"))
+}
+
+/// Scrapes until `ready` holds (deliveries finish in the background).
+async fn scrape_until(host: &TestHost, what: &str, ready: impl Fn(&Scrape) -> bool) -> Scrape {
+    host.eventually(what, || async {
+        let s = scrape(host).await;
+        ready(&s).then_some(s)
+    })
+    .await
+}
+
+const REQUESTS: &str = "commerce_host_http_requests_total";
+
+#[tokio::test]
+async fn requests_are_counted_by_route_template_and_status_with_the_429s() {
+    let host = TestHost::start().await;
+    let (store, token) = host
+        .store_with_plugin("acme.example", &["customers.read"])
+        .await;
+    host.admin(
+        Method::PATCH,
+        &format!("/admin/v1/stores/{store}"),
+        Some(json!({"rate_limits": {"requests_per_second": 1, "burst": 3, "requests_per_minute": 1000}})),
+    )
+    .await
+    .expect(200);
+
+    // A 404 on a route with an id, a 404 on no route, then three requests and a refused fourth.
+    host.call(
+        &token,
+        Method::GET,
+        "/v1/customers/cus_01jzzzzzzzzzzzzzzzzzzzzzzz",
+        None,
+    )
+    .await
+    .expect(404);
+    host.call(&token, Method::GET, "/v1/no-such-thing/ord_secret42", None)
+        .await
+        .expect(404);
+    for _ in 0..2 {
+        host.call(&token, Method::GET, "/v1/installation", None)
+            .await
+            .expect(200);
+    }
+    host.call(&token, Method::GET, "/v1/installation", None)
+        .await
+        .assert_error(429, "rate_limited");
+    host.send(Method::GET, "/v1/installation", Some("not-a-token"), None)
+        .await
+        .expect(401);
+
+    let s = scrape(&host).await;
+    let route = |route, status| {
+        s.count(
+            REQUESTS,
+            &[("route", route), ("method", "GET"), ("status", status)],
+        )
+    };
+    assert_eq!(route("/v1/customers/{id}", "404"), 1.0, "{}", s.text);
+    assert_eq!(route("unmatched", "404"), 1.0, "{}", s.text);
+    assert_eq!(route("/v1/installation", "200"), 2.0, "{}", s.text);
+    assert_eq!(route("/v1/installation", "429"), 1.0, "{}", s.text);
+    assert_eq!(route("/v1/installation", "401"), 1.0, "{}", s.text);
+    assert_eq!(
+        s.count(
+            REQUESTS,
+            &[
+                ("route", "/admin/v1/stores/{store_id}"),
+                ("method", "PATCH"),
+                ("status", "200")
+            ]
+        ),
+        1.0,
+        "{}",
+        s.text
+    );
+    assert!(
+        !s.text.contains("cus_01j") && !s.text.contains("ord_secret42") && !s.text.contains(&store),
+        "no raw path or id in a label: {}",
+        s.text
+    );
+    assert_eq!(
+        s.count(
+            "commerce_host_rate_limited_requests_total",
+            &[("limit", "store")]
+        ),
+        1.0
+    );
+    let latency = s
+        .get(
+            "commerce_host_http_request_duration_seconds_count",
+            &[("route", "/v1/installation"), ("method", "GET")],
+        )
+        .expect("a latency histogram");
+    assert_eq!(latency, 4.0);
+    assert!(
+        s.text
+            .contains("# TYPE commerce_host_http_request_duration_seconds histogram")
+    );
+
+    // `/metrics` needs no token and is not rate-limited: the store's limit is used up, and the
+    // earlier scrape counted itself.
+    let again = scrape(&host).await;
+    assert_eq!(
+        again.count(
+            REQUESTS,
+            &[("route", "/metrics"), ("method", "GET"), ("status", "200")]
+        ),
+        1.0
+    );
+    // The queue is empty: nothing due, nothing old.
+    assert_eq!(
+        again.get("commerce_host_delivery_queue_due", &[]),
+        Some(0.0)
+    );
+    assert_eq!(
+        again.get("commerce_host_delivery_queue_oldest_due_age_seconds", &[]),
+        Some(0.0)
+    );
+}
+
+#[tokio::test]
+async fn an_event_delivered_to_a_webhook_counts_once_as_emitted_and_as_a_successful_attempt() {
+    let host = TestHost::start_for_webhooks(|_| {}).await;
+    let receiver = Receiver::start().await;
+    let (_, token) = host
+        .store_with_plugin("hooks.example", &["customers.read", "customers.write"])
+        .await;
+    host.subscribe(&token, &receiver.url("/hook"), &["customer.created"])
+        .await;
+    host.call(
+        &token,
+        Method::POST,
+        "/v1/customers",
+        Some(json!({"email": "ann@example.com"})),
+    )
+    .await
+    .expect(201);
+    receiver.wait_for("/hook", 1, Duration::from_secs(10)).await;
+    let attempts = "commerce_host_delivery_attempts_total";
+    let ok = [("target", "webhook"), ("outcome", "succeeded")];
+    let s = scrape_until(&host, "the attempt recorded", |s| {
+        s.count(attempts, &ok) >= 1.0
+    })
+    .await;
+    assert_eq!(s.count(attempts, &ok), 1.0, "{}", s.text);
+    assert_eq!(
+        s.count(attempts, &[("target", "webhook"), ("outcome", "failed")]),
+        0.0
+    );
+    assert_eq!(
+        s.count(
+            "commerce_host_events_emitted_total",
+            &[("type", "customer.created")]
+        ),
+        1.0,
+        "{}",
+        s.text
+    );
+    assert_eq!(
+        s.get(
+            "commerce_host_delivery_attempt_duration_seconds_count",
+            &[("target", "webhook")]
+        ),
+        Some(1.0)
+    );
+}
+
+fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+#[tokio::test]
+async fn component_invocations_are_counted_by_outcome() {
+    let host = TestHost::start().await;
+    let manifest = json!({
+        "name": "hostile",
+        "version": "1.0.0",
+        "scopes": ["orders.read"],
+        "contact_email": "dev@hostile.example",
+        "events": ["plugin.configured"],
+    });
+    host.admin(
+        Method::POST,
+        "/admin/v1/plugins",
+        Some(json!({"manifest": manifest, "component": b64(&component("hostile"))})),
+    )
+    .await
+    .expect(201);
+    for (domain, mode) in [("ok.example", "ok"), ("loop.example", "loop")] {
+        let store = host.create_store(domain).await;
+        let (inst, _) = host.install(&store, "hostile").await;
+        host.admin(
+            Method::PUT,
+            &format!("/admin/v1/stores/{store}/installations/{inst}/settings"),
+            Some(json!({"settings": {"mode": mode}})),
+        )
+        .await
+        .expect(200);
+    }
+    let invocations = "commerce_host_component_invocations_total";
+    let attempts = "commerce_host_delivery_attempts_total";
+    let s = scrape_until(&host, "both invocations recorded", |s| {
+        s.count(
+            attempts,
+            &[("target", "component"), ("outcome", "succeeded")],
+        ) + s.count(attempts, &[("target", "component"), ("outcome", "failed")])
+            >= 2.0
+    })
+    .await;
+    assert_eq!(
+        s.count(invocations, &[("outcome", "ok")]),
+        1.0,
+        "{}",
+        s.text
+    );
+    assert_eq!(
+        s.count(invocations, &[("outcome", "fuel")]),
+        1.0,
+        "{}",
+        s.text
+    );
+    assert_eq!(
+        s.count(
+            attempts,
+            &[("target", "component"), ("outcome", "succeeded")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        s.count(attempts, &[("target", "component"), ("outcome", "failed")]),
+        1.0
+    );
+    assert_eq!(
+        s.count(
+            "commerce_host_events_emitted_total",
+            &[("type", "plugin.configured")]
+        ),
+        2.0,
+        "{}",
+        s.text
+    );
+    assert_eq!(
+        s.get(
+            "commerce_host_component_invocation_duration_seconds_count",
+            &[("outcome", "fuel")]
+        ),
+        Some(1.0)
+    );
+}
+
+#[tokio::test]
+async fn notifications_are_counted_by_channel_and_outcome_with_quota_refusals() {
+    let host = TestHost::start().await;
+    let store = host.create_store("notes.example").await;
+    host.admin(
+        Method::POST,
+        "/admin/v1/plugins",
+        Some(json!({
+            "manifest": {"name": "notes", "version": "1.0.0", "scopes": [],
+                         "contact_email": "dev@plugin.example"},
+            "templates": {"hello": {"variables": [], "sms": {"body": "Hello"}}},
+        })),
+    )
+    .await
+    .expect(201);
+    let (_, token) = host.install(&store, "notes").await;
+    let provider = Receiver::start().await;
+    host.admin(
+        Method::PUT,
+        &format!("/admin/v1/stores/{store}/senders/sms"),
+        Some(json!({"url": provider.url("/sms"), "auth_token": "sms-secret"})),
+    )
+    .await
+    .expect(200);
+    host.call(
+        &token,
+        Method::POST,
+        "/v1/notifications",
+        Some(json!({"channel": "sms", "to": "+14155550100", "template": "hello", "data": {}})),
+    )
+    .await
+    .expect(202);
+    let card = json!({"channel": "feed", "card": {"kind": "suggestion", "title": "Bundles",
+           "body": "Stores like yours sell more with bundles.",
+           "primary": {"label": "Create a bundle", "href": "/bundles/new"}}});
+    host.call(
+        &token,
+        Method::POST,
+        "/v1/notifications",
+        Some(card.clone()),
+    )
+    .await
+    .expect(202);
+    host.call(&token, Method::POST, "/v1/notifications", Some(card))
+        .await
+        .assert_error(429, "quota_exceeded");
+
+    let notes = "commerce_host_notifications_total";
+    let s = scrape_until(&host, "the sms sent", |s| {
+        s.count(notes, &[("channel", "sms"), ("outcome", "sent")]) >= 1.0
+    })
+    .await;
+    let n = |channel, outcome| s.count(notes, &[("channel", channel), ("outcome", outcome)]);
+    assert_eq!(n("sms", "accepted"), 1.0, "{}", s.text);
+    assert_eq!(n("sms", "sent"), 1.0, "{}", s.text);
+    assert_eq!(n("sms", "failed"), 0.0, "{}", s.text);
+    assert_eq!(n("feed", "accepted"), 1.0, "{}", s.text);
+    assert_eq!(
+        s.count("commerce_host_quota_refusals_total", &[("channel", "feed")]),
+        1.0,
+        "{}",
+        s.text
+    );
+    assert_eq!(provider.requests("/sms").len(), 1);
+}
+
+/// A webhook store whose plugin may create customers and receive `customer.created` at `url`.
+async fn hooked_store(host: &TestHost, url: &str) -> String {
+    let (_, token) = host
+        .store_with_plugin("queue.example", &["customers.read", "customers.write"])
+        .await;
+    host.subscribe(&token, url, &["customer.created"]).await;
+    host.call(
+        &token,
+        Method::POST,
+        "/v1/customers",
+        Some(json!({"email": "ann@example.com"})),
+    )
+    .await
+    .expect(201);
+    token
+}
+
+#[tokio::test]
+async fn the_queue_gauges_show_a_due_delivery_in_flight_and_its_age() {
+    let host = TestHost::start_for_webhooks(|_| {}).await;
+    let receiver = Receiver::start().await;
+    receiver.set("/slow", Behavior::Hang(Duration::from_secs(5)));
+    hooked_store(&host, &receiver.url("/slow")).await;
+    receiver.wait_for("/slow", 1, Duration::from_secs(10)).await;
+    host.clock.advance(jiff::SignedDuration::from_secs(90));
+    let s = scrape(&host).await;
+    assert_eq!(
+        s.get("commerce_host_delivery_queue_due", &[]),
+        Some(1.0),
+        "{}",
+        s.text
+    );
+    assert_eq!(
+        s.get("commerce_host_delivery_queue_oldest_due_age_seconds", &[]),
+        Some(90.0),
+        "{}",
+        s.text
+    );
+}
+
+#[tokio::test]
+async fn a_target_paused_when_its_retries_run_out_is_counted_once() {
+    let host = TestHost::start_for_webhooks(|_| {}).await;
+    let receiver = Receiver::start().await;
+    receiver.set("/down", Behavior::Status(500));
+    hooked_store(&host, &receiver.url("/down")).await;
+    let failed = [("target", "webhook"), ("outcome", "failed")];
+    let attempts = "commerce_host_delivery_attempts_total";
+    for (i, mins) in [1, 5, 30, 120, 360, 1440].into_iter().enumerate() {
+        // The clock may move only once the attempt is recorded: its failure starts the wait.
+        scrape_until(&host, "the failed attempt", |s| {
+            s.count(attempts, &failed) >= (i + 1) as f64
+        })
+        .await;
+        host.clock.advance(jiff::SignedDuration::from_mins(mins));
+    }
+    let s = scrape_until(&host, "the pause", |s| {
+        s.count(
+            "commerce_host_delivery_targets_paused_total",
+            &[("target", "webhook")],
+        ) >= 1.0
+    })
+    .await;
+    assert_eq!(s.count(attempts, &failed), 7.0, "{}", s.text);
+    assert_eq!(
+        s.count(
+            "commerce_host_delivery_targets_paused_total",
+            &[("target", "webhook")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        s.count(attempts, &[("target", "webhook"), ("outcome", "succeeded")]),
+        0.0
+    );
+}
