@@ -45,9 +45,9 @@ pub use self::fair::MAX_IN_FLIGHT_PER_TARGET;
 /// it waits for a running attempt to finish: a few in most rounds (each finished attempt starts
 /// one), and a longer sweep every [`SWEEP_EVERY`], which finds the entries of other stores behind
 /// a large backlog of one (bounding the cost of the rounds in between).
-const SKIP_BUDGET: usize = 64;
+const SKIP_BUDGET: usize = 16;
 /// See [`SKIP_BUDGET`].
-const SWEEP_BUDGET: usize = 4096;
+const SWEEP_BUDGET: usize = 1024;
 /// See [`SKIP_BUDGET`].
 const SWEEP_EVERY: Duration = Duration::from_millis(50);
 
