@@ -287,6 +287,41 @@ impl TestHost {
         )
     }
 
+    /// Fires `customer.created` in `store` through a fresh plugin allowed to create customers;
+    /// returns the customer's id.
+    pub async fn fire_customer_created(&self, store: &str) -> String {
+        static PLUGINS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = PLUGINS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("firer-{n}");
+        self.publish(&name, &["customers.write"]).await;
+        let (_, token) = self.install(store, &name).await;
+        let customer = self
+            .call(
+                &token,
+                Method::POST,
+                "/v1/customers",
+                Some(json!({"email": format!("fired{n}@example.com")})),
+            )
+            .await
+            .expect(201);
+        customer.body["id"]
+            .as_str()
+            .expect("customer id")
+            .to_owned()
+    }
+
+    /// Raises `store`'s rate limits so that polling on a stopped clock never reaches them.
+    pub async fn raise_rate_limits(&self, store: &str) {
+        let limits = json!({"rate_limits": {"requests_per_second": 100000, "burst": 100000, "requests_per_minute": 1000000}});
+        self.admin(
+            Method::PATCH,
+            &format!("/admin/v1/stores/{store}"),
+            Some(limits),
+        )
+        .await
+        .expect(200);
+    }
+
     /// Subscribes `token`'s installation to `events` at `url` (with a valid secret); returns the
     /// subscription.
     pub async fn subscribe(&self, token: &str, url: &str, events: &[&str]) -> Value {

@@ -1,7 +1,6 @@
 //! Operations: the health probes, and the webhook operations subscribers rely on: a test event,
 //! resending one delivery, replay of pending deliveries, and rotating a secret with an overlap.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use commerce_guest_sdk::webhook;
@@ -17,40 +16,13 @@ const WAIT: Duration = Duration::from_secs(10);
 /// How long a test watches for something that must not happen (the engine polls every 10 ms).
 const QUIET: Duration = Duration::from_millis(300);
 
-static PLUGINS: AtomicUsize = AtomicUsize::new(0);
-
-/// Fires `customer.created` in `store` through a fresh plugin; returns the customer's id.
-async fn fire(host: &TestHost, store: &str) -> String {
-    let n = PLUGINS.fetch_add(1, Ordering::Relaxed);
-    let name = format!("ops-{n}");
-    host.publish(&name, &["customers.write"]).await;
-    let (_, token) = host.install(store, &name).await;
-    let customer = host
-        .call(
-            &token,
-            Method::POST,
-            "/v1/customers",
-            Some(json!({"email": format!("c{n}@example.com")})),
-        )
-        .await
-        .expect(201);
-    customer.body["id"].as_str().expect("id").to_owned()
-}
-
 /// A store with a plugin that may receive customer and order events, and a rate limit that polling
 /// will not reach.
 async fn store_with_plugin(host: &TestHost, domain: &str) -> (String, String) {
     let (store, token) = host
         .store_with_plugin(domain, &["customers.read", "orders.read"])
         .await;
-    let limits = json!({"rate_limits": {"requests_per_second": 100000, "burst": 100000, "requests_per_minute": 1000000}});
-    host.admin(
-        Method::PATCH,
-        &format!("/admin/v1/stores/{store}"),
-        Some(limits),
-    )
-    .await
-    .expect(200);
+    host.raise_rate_limits(&store).await;
     (store, token)
 }
 
@@ -230,7 +202,7 @@ async fn resend_moves_a_pending_delivery_to_now_without_duplicating_it() {
     let (store, token) = store_with_plugin(&host, "acme.example").await;
     let (_, other) = store_with_plugin(&host, "other.example").await;
     let wh = subscribe(&host, &token, &receiver.url("/hook"), &["customer.created"]).await;
-    fire(&host, &store).await;
+    host.fire_customer_created(&store).await;
     receiver.wait_for("/hook", 1, WAIT).await;
     let pending = host
         .eventually("the delivery waits for its retry", || async {
@@ -288,7 +260,7 @@ async fn replay_since_moves_pending_deliveries_to_now_and_leaves_succeeded_ones(
     receiver.set("/hook", Behavior::Status(500));
     let (store, token) = store_with_plugin(&host, "acme.example").await;
     let wh = subscribe(&host, &token, &receiver.url("/hook"), &["customer.created"]).await;
-    fire(&host, &store).await;
+    host.fire_customer_created(&store).await;
     receiver.wait_for("/hook", 1, WAIT).await;
     host.eventually("the delivery waits for its retry", || async {
         let d = deliveries(&host, &token, &wh).await;
@@ -351,7 +323,7 @@ async fn a_rotated_secret_signs_with_both_secrets_for_24_hours_then_only_the_new
     );
     assert!(reply.body["webhook"].get("secret").is_none());
 
-    fire(&host, &store).await;
+    host.fire_customer_created(&store).await;
     let got = receiver.wait_for("/hook", 1, WAIT).await;
     let r = &got[0];
     assert_eq!(verify(NEW_SECRET, r, webhook::SIGNATURE_HEADER), Ok(()));
@@ -380,7 +352,7 @@ async fn a_rotated_secret_signs_with_both_secrets_for_24_hours_then_only_the_new
     }
 
     host.clock.advance(SignedDuration::from_hours(24));
-    fire(&host, &store).await;
+    host.fire_customer_created(&store).await;
     let got = receiver.wait_for("/hook", 2, WAIT).await;
     let r = &got[1];
     assert_eq!(verify(NEW_SECRET, r, webhook::SIGNATURE_HEADER), Ok(()));

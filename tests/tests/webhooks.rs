@@ -1,7 +1,6 @@
 //! Webhooks: subscriptions, signing, the retry schedule on a manual clock, pause and its mail,
 //! resume, replay, retention, timeouts, SSRF refusal, privacy, and a kill -9 in mid-delivery.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use commerce_guest_sdk::webhook::{self, VerifyError};
@@ -18,44 +17,13 @@ const WAIT: Duration = Duration::from_secs(10);
 const QUIET: Duration = Duration::from_millis(200);
 const SCHEDULE_MINS: [i64; 6] = [1, 5, 30, 120, 360, 1440];
 
-static PLUGINS: AtomicUsize = AtomicUsize::new(0);
-
-/// Fires `customer.created` in `store` (through a fresh plugin allowed to create customers);
-/// returns the customer's id.
-async fn fire(host: &TestHost, store: &str) -> String {
-    let n = PLUGINS.fetch_add(1, Ordering::Relaxed);
-    let name = format!("ev-{n}");
-    host.publish(&name, &["customers.write"]).await;
-    let (_, token) = host.install(store, &name).await;
-    let customer = host
-        .call(
-            &token,
-            Method::POST,
-            "/v1/customers",
-            Some(json!({"email": format!("c{n}@example.com")})),
-        )
-        .await
-        .expect(201);
-    customer.body["id"]
-        .as_str()
-        .expect("customer id")
-        .to_owned()
-}
-
 /// A store with one plugin (`scopes`) whose rate limit will not get in the way of polling on a
 /// stopped clock; returns (store id, token).
 async fn store_with_plugin(host: &TestHost, domain: &str, scopes: &[&str]) -> (String, String) {
     // Every subscriber here may receive the `customer.created` events that `fire` makes.
     let scopes: Vec<&str> = scopes.iter().copied().chain(["customers.read"]).collect();
     let (store, token) = host.store_with_plugin(domain, &scopes).await;
-    let limits = json!({"rate_limits": {"requests_per_second": 100000, "burst": 100000, "requests_per_minute": 1000000}});
-    host.admin(
-        Method::PATCH,
-        &format!("/admin/v1/stores/{store}"),
-        Some(limits),
-    )
-    .await
-    .expect(200);
+    host.raise_rate_limits(&store).await;
     (store, token)
 }
 
@@ -313,7 +281,7 @@ async fn addresses_are_checked_again_at_delivery() {
             config.delivery_poll_interval = Duration::from_millis(10);
         })
         .await;
-    fire(&host, &store).await;
+    host.fire_customer_created(&store).await;
     eventually("a refused attempt is logged", || async {
         !attempts(&host, &token, &wh).await.is_empty()
     })
@@ -331,7 +299,7 @@ async fn deliveries_are_signed_and_the_sdk_accepts_exactly_the_bytes_sent() {
     let receiver = Receiver::start().await;
     let (store, token) = store_with_plugin(&host, "acme.example", &[]).await;
     subscribe(&host, &token, &receiver.url("/hook")).await;
-    let installed = fire(&host, &store).await;
+    let installed = host.fire_customer_created(&store).await;
     let got = receiver.wait_for("/hook", 1, WAIT).await;
     let r = &got[0];
     assert_eq!(
@@ -445,7 +413,7 @@ async fn exhaust_retries(
         })
         .await;
     };
-    fire(host, store).await;
+    host.fire_customer_created(store).await;
     receiver.wait_for(path, before + 1, WAIT).await;
     for (i, mins) in SCHEDULE_MINS.iter().enumerate() {
         recorded(i + 1).await;
@@ -533,7 +501,7 @@ async fn failures_are_retried_at_1m_5m_30m_2h_6h_24h_then_the_subscription_pause
 
     // Paused: new events are not sent, but recorded as failed deliveries.
     let count = receiver.requests("/down").len();
-    fire(&host, &store).await;
+    host.fire_customer_created(&store).await;
     eventually("the new event is recorded as failed", || async {
         deliveries(&host, &token, &wh, "failed").await.len() == 2
     })
@@ -587,7 +555,7 @@ async fn resume_restarts_delivery_and_replay_resends_failed_events() {
     let wh = subscribe(&host, &token, &receiver.url("/r")).await;
     exhaust_retries(&host, &receiver, (&store, &token), &wh, "/r").await;
     let first = event_id(&receiver.requests("/r")[0]);
-    fire(&host, &store).await; // Fails at once: the subscription is paused.
+    host.fire_customer_created(&store).await; // Fails at once: the subscription is paused.
     eventually("the second event is recorded as failed", || async {
         deliveries(&host, &token, &wh, "failed").await.len() == 2
     })
@@ -612,7 +580,7 @@ async fn resume_restarts_delivery_and_replay_resends_failed_events() {
 
     // New events flow again; the failed ones wait for a replay.
     let seen = receiver.requests("/r").len();
-    fire(&host, &store).await;
+    host.fire_customer_created(&store).await;
     receiver.wait_for("/r", seen + 1, WAIT).await;
     tokio::time::sleep(QUIET).await;
     assert_eq!(receiver.requests("/r").len(), seen + 1);
@@ -678,7 +646,7 @@ async fn events_and_their_attempts_are_purged_after_30_days() {
     receiver.set("/p", Behavior::Status(500));
     let (store, token) = store_with_plugin(&host, "acme.example", &[]).await;
     let wh = subscribe(&host, &token, &receiver.url("/p")).await;
-    fire(&host, &store).await;
+    host.fire_customer_created(&store).await;
     let old = event_id(&receiver.wait_for("/p", 1, WAIT).await[0]);
     eventually("the failure is recorded", || async {
         !attempts(&host, &token, &wh).await.is_empty()
@@ -688,7 +656,7 @@ async fn events_and_their_attempts_are_purged_after_30_days() {
     receiver.set("/p", Behavior::Status(200));
     host.clock.advance(SignedDuration::from_hours(29 * 24));
     // The first event's retry comes due now and succeeds.
-    fire(&host, &store).await;
+    host.fire_customer_created(&store).await;
     eventually("both events delivered", || async {
         deliveries(&host, &token, &wh, "succeeded").await.len() == 2
     })
@@ -721,7 +689,7 @@ async fn a_receiver_that_does_not_answer_in_time_fails_without_holding_up_others
     let slow = subscribe(&host, &token, &receiver.url("/slow")).await;
     let moved = subscribe(&host, &token, &receiver.url("/moved")).await;
     subscribe(&host, &token, &receiver.url("/fast")).await;
-    fire(&host, &store).await;
+    host.fire_customer_created(&store).await;
     let fast_at = receiver.wait_for("/fast", 1, WAIT).await[0].at;
     let slow_at = receiver.wait_for("/slow", 1, WAIT).await[0].at;
     assert!(
@@ -841,7 +809,7 @@ async fn manifest_webhooks_are_created_at_install_and_removed_at_uninstall() {
     // It receives its own plugin.installed (not other plugins' lifecycle events), and later
     // store events.
     receiver.wait_for("/m", 1, WAIT).await;
-    fire(&host, &store).await;
+    host.fire_customer_created(&store).await;
     receiver.wait_for("/m", 2, WAIT).await;
 
     host.admin(
@@ -851,7 +819,7 @@ async fn manifest_webhooks_are_created_at_install_and_removed_at_uninstall() {
     )
     .await
     .expect(204);
-    fire(&host, &store).await;
+    host.fire_customer_created(&store).await;
     tokio::time::sleep(QUIET).await;
     assert_eq!(
         receiver.requests("/m").len(),

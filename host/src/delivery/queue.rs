@@ -17,7 +17,7 @@ use super::records::{
 use super::target::{self, Target};
 use super::webhook::Outcome;
 use crate::error::{Error, Result};
-use crate::ids::{AttemptId, DeliveryId};
+use crate::ids::AttemptId;
 use crate::service::events::{Cause, Event, OUTBOX_PREFIX, OutboxEntry, event_key};
 use crate::storage::{Db, Tx};
 
@@ -73,23 +73,8 @@ pub fn fan_out(
                 let Some(active) = target::wants_in_tx(tx, &event.store.id, target, event)? else {
                     continue;
                 };
-                let mut delivery = Delivery {
-                    id: DeliveryId::generate(now),
-                    store_id: event.store.id.clone(),
-                    target: target.clone(),
-                    event_id: event.id.clone(),
-                    event_type: event.kind,
-                    event_created_at: event.created_at,
-                    status: DeliveryStatus::Pending,
-                    attempts: 0,
-                    retries: 0,
-                    next_attempt_at: None,
-                    failure: None,
-                    replays: 0,
-                    attempt_ids: Vec::new(),
-                    cause_depth: entry.cause.as_ref().map_or(0, |c| c.depth),
-                    test: false,
-                };
+                let mut delivery = Delivery::new(event, target, now);
+                delivery.cause_depth = entry.cause.as_ref().map_or(0, |c| c.depth);
                 if active {
                     enqueue(tx, &mut delivery, now)?;
                 } else {
@@ -307,23 +292,8 @@ pub fn enqueue_test(
     now: Timestamp,
 ) -> Result<Delivery> {
     tx.write(&test_event_key(&event.store.id, &event.id), event)?;
-    let mut delivery = Delivery {
-        id: DeliveryId::generate(now),
-        store_id: event.store.id.clone(),
-        target: target.clone(),
-        event_id: event.id.clone(),
-        event_type: event.kind,
-        event_created_at: event.created_at,
-        status: DeliveryStatus::Pending,
-        attempts: 0,
-        retries: 0,
-        next_attempt_at: None,
-        failure: None,
-        replays: 0,
-        attempt_ids: Vec::new(),
-        cause_depth: 0,
-        test: true,
-    };
+    let mut delivery = Delivery::new(event, target, now);
+    delivery.test = true;
     enqueue(tx, &mut delivery, now)?;
     tx.write(&delivery.key(), &delivery)?;
     tx.write(

@@ -111,6 +111,27 @@ pub struct Delivery {
 }
 
 impl Delivery {
+    /// A pending delivery of `event` to `target`, not yet queued.
+    pub fn new(event: &crate::service::events::Event, target: &TargetRef, now: Timestamp) -> Self {
+        Self {
+            id: DeliveryId::generate(now),
+            store_id: event.store.id.clone(),
+            target: target.clone(),
+            event_id: event.id.clone(),
+            event_type: event.kind,
+            event_created_at: event.created_at,
+            status: DeliveryStatus::Pending,
+            attempts: 0,
+            retries: 0,
+            next_attempt_at: None,
+            failure: None,
+            replays: 0,
+            attempt_ids: Vec::new(),
+            cause_depth: 0,
+            test: false,
+        }
+    }
+
     /// The delivery's key.
     pub fn key(&self) -> String {
         delivery_key(&self.store_id, &self.target, &self.event_id)
