@@ -19,9 +19,6 @@ use metrics::{
 };
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 
-use crate::plugins::Failure;
-use crate::plugins::limits::LimitExceeded;
-
 /// Upper bounds of the latency buckets, in seconds (5 ms to 60 s).
 const SECONDS_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -111,29 +108,6 @@ impl NotificationOutcome {
             Self::Sent => "sent",
             Self::Failed => "failed",
         }
-    }
-}
-
-/// The `outcome` label of a component invocation that ended with `failure`.
-pub fn failure_outcome(failure: &Failure) -> &'static str {
-    match failure {
-        Failure::Handler(_) => "handler_error",
-        Failure::OutOfFuel => "fuel",
-        Failure::Timeout => "timeout",
-        Failure::Limit(LimitExceeded::Memory { .. }) => "memory",
-        Failure::Limit(LimitExceeded::HostCalls { .. } | LimitExceeded::LogBytes { .. }) => "limit",
-        Failure::StackOverflow | Failure::MemoryFault | Failure::Panic | Failure::Trap(_) => "trap",
-        Failure::Instantiate(_) => "instantiate",
-    }
-}
-
-/// The `outcome` label of a component invocation: `ok`, a [`failure_outcome`], or `host_error`
-/// when the host could not run it at all.
-pub fn invocation_outcome(result: Option<&Result<(), Failure>>) -> &'static str {
-    match result {
-        Some(Ok(())) => "ok",
-        Some(Err(failure)) => failure_outcome(failure),
-        None => "host_error",
     }
 }
 
@@ -310,41 +284,6 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn each_component_failure_maps_to_its_outcome_label() {
-        let cases = [
-            (Failure::Handler("no".into()), "handler_error"),
-            (Failure::OutOfFuel, "fuel"),
-            (Failure::Timeout, "timeout"),
-            (
-                Failure::Limit(LimitExceeded::Memory {
-                    desired: 2,
-                    limit: 1,
-                }),
-                "memory",
-            ),
-            (
-                Failure::Limit(LimitExceeded::HostCalls { limit: 1 }),
-                "limit",
-            ),
-            (
-                Failure::Limit(LimitExceeded::LogBytes { limit: 1 }),
-                "limit",
-            ),
-            (Failure::StackOverflow, "trap"),
-            (Failure::MemoryFault, "trap"),
-            (Failure::Panic, "trap"),
-            (Failure::Trap("unreachable".into()), "trap"),
-            (Failure::Instantiate("pool full".into()), "instantiate"),
-        ];
-        for (failure, label) in cases {
-            assert_eq!(failure_outcome(&failure), label, "{failure}");
-            assert_eq!(invocation_outcome(Some(&Err(failure))), label);
-        }
-        assert_eq!(invocation_outcome(Some(&Ok(()))), "ok");
-        assert_eq!(invocation_outcome(None), "host_error");
-    }
 
     #[test]
     fn two_registries_do_not_share_series() {

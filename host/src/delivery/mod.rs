@@ -442,7 +442,7 @@ impl Shared {
         };
         self.service
             .metrics
-            .component_invocation(crate::metrics::invocation_outcome(result), took);
+            .component_invocation(crate::plugins::runtime::invocation_outcome(result), took);
         match ran {
             Ok(Ok(ran)) => {
                 outcome.succeeded = ran.result.is_ok();

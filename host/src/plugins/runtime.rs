@@ -125,6 +125,29 @@ impl std::fmt::Display for Failure {
     }
 }
 
+/// The `outcome` label of a component invocation that ended with `failure`.
+pub fn failure_outcome(failure: &Failure) -> &'static str {
+    match failure {
+        Failure::Handler(_) => "handler_error",
+        Failure::OutOfFuel => "fuel",
+        Failure::Timeout => "timeout",
+        Failure::Limit(LimitExceeded::Memory { .. }) => "memory",
+        Failure::Limit(LimitExceeded::HostCalls { .. } | LimitExceeded::LogBytes { .. }) => "limit",
+        Failure::StackOverflow | Failure::MemoryFault | Failure::Panic | Failure::Trap(_) => "trap",
+        Failure::Instantiate(_) => "instantiate",
+    }
+}
+
+/// The `outcome` label of a component invocation: `ok`, a [`failure_outcome`], or `host_error`
+/// when the host could not run it at all.
+pub fn invocation_outcome(result: Option<&Result<(), Failure>>) -> &'static str {
+    match result {
+        Some(Ok(())) => "ok",
+        Some(Err(failure)) => failure_outcome(failure),
+        None => "host_error",
+    }
+}
+
 /// The result of delivering one event.
 #[derive(Debug)]
 pub struct Outcome {
@@ -371,4 +394,44 @@ fn engine_config(rc: &RuntimeConfig) -> Config {
         .generate_address_map(rc.address_map)
         .wasm_component_model(true);
     config
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_component_failure_maps_to_its_outcome_label() {
+        let cases = [
+            (Failure::Handler("no".into()), "handler_error"),
+            (Failure::OutOfFuel, "fuel"),
+            (Failure::Timeout, "timeout"),
+            (
+                Failure::Limit(LimitExceeded::Memory {
+                    desired: 2,
+                    limit: 1,
+                }),
+                "memory",
+            ),
+            (
+                Failure::Limit(LimitExceeded::HostCalls { limit: 1 }),
+                "limit",
+            ),
+            (
+                Failure::Limit(LimitExceeded::LogBytes { limit: 1 }),
+                "limit",
+            ),
+            (Failure::StackOverflow, "trap"),
+            (Failure::MemoryFault, "trap"),
+            (Failure::Panic, "trap"),
+            (Failure::Trap("unreachable".into()), "trap"),
+            (Failure::Instantiate("pool full".into()), "instantiate"),
+        ];
+        for (failure, label) in cases {
+            assert_eq!(failure_outcome(&failure), label, "{failure}");
+            assert_eq!(invocation_outcome(Some(&Err(failure))), label);
+        }
+        assert_eq!(invocation_outcome(Some(&Ok(()))), "ok");
+        assert_eq!(invocation_outcome(None), "host_error");
+    }
 }
