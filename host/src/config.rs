@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use rand::RngCore;
 
-use crate::clock::{SharedClock, SystemClock};
+use crate::model::clock::{SharedClock, SystemClock};
 
 /// Everything `run` needs besides the listener.
 #[derive(Debug, Clone)]
@@ -220,6 +220,19 @@ fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
 fn sync_dir(dir: &Path) {
     if let Ok(dir) = std::fs::File::open(dir) {
         let _ = dir.sync_all();
+    }
+}
+
+impl From<&Config> for crate::delivery::EngineConfig {
+    fn from(config: &Config) -> Self {
+        Self {
+            concurrency: config.delivery_concurrency.max(1),
+            component_concurrency: config.plugin_runtime.max_concurrent_instances.max(1) as usize,
+            poll_interval: config.delivery_poll_interval,
+            webhook_timeout: config.webhook_timeout,
+            smtp_url: config.smtp_url.clone(),
+            mail_from: config.mail_from.clone(),
+        }
     }
 }
 

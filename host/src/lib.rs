@@ -5,15 +5,11 @@
 //! a temporary data folder).
 
 pub mod cli;
-pub mod clock;
 pub mod config;
 pub mod delivery;
-pub mod error;
 pub mod http;
-pub mod ids;
 pub mod metrics;
-pub mod notify;
-pub mod outbound;
+pub mod model;
 pub mod plugins;
 pub mod service;
 pub mod storage;
@@ -24,7 +20,7 @@ use anyhow::Context as _;
 use tokio::net::TcpListener;
 
 pub use config::Config;
-pub use error::Error;
+pub use model::error::Error;
 pub use service::Service;
 
 /// Opens the data folder and builds the service layer.
@@ -36,8 +32,6 @@ pub fn open_service(config: &Config) -> anyhow::Result<Service> {
         .map_err(|e| anyhow::anyhow!("{e:#}"))?;
     let options = service::Options {
         allow_networks: config.webhook_allow_networks.clone(),
-        smtp_url: config.smtp_url.clone(),
-        mail_from: Some(config.mail_from.clone()),
     };
     service::Service::with_options(db, config.clock.clone(), &admin_token, options)
         .map_err(|e| anyhow::anyhow!("{e:#}"))
@@ -73,7 +67,7 @@ pub async fn run(
         plugins: plugins.clone(),
         engine_alive: engine.alive(),
     });
-    let messages = tokio::spawn(outbound::worker::run(
+    let messages = tokio::spawn(delivery::messages::run(
         service.clone(),
         config.message_poll_interval,
         stop_rx.clone(),

@@ -92,7 +92,7 @@ async fn main() {
 
     for durable in [true, false] {
         let host = TestHost::start_configured(move |c| {
-            c.clock = std::sync::Arc::new(commerce_host::clock::SystemClock);
+            c.clock = std::sync::Arc::new(commerce_host::model::clock::SystemClock);
             c.durable_writes = durable;
         })
         .await;

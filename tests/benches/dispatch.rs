@@ -9,9 +9,9 @@
 use std::time::{Duration, Instant};
 
 use commerce_host::Config;
+use commerce_host::model::plugin::Manifest;
 use commerce_host::plugins::Plugins;
 use commerce_host::service::PageRequest;
-use commerce_host::service::plugins::Manifest;
 use commerce_host_tests::components::component;
 
 fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration) {
@@ -83,7 +83,7 @@ async fn main() -> anyhow::Result<()> {
         .map_err(fail)?;
     let store = service.create_store("bench.example").map_err(fail)?;
     // Host calls count against the store's rate limit, as over HTTP: raise it for the bench.
-    let unlimited = commerce_host::service::ratelimit::RateLimits {
+    let unlimited = commerce_host::model::store::RateLimits {
         requests_per_second: 1_000_000,
         burst: 1_000_000,
         requests_per_minute: 4_000_000_000,
@@ -160,7 +160,7 @@ async fn main() -> anyhow::Result<()> {
         Some(plugins.clone()),
     )
     .map_err(fail)?;
-    let target = commerce_host::delivery::records::TargetRef::Component(installation.id.clone());
+    let target = commerce_host::model::delivery::TargetRef::Component(installation.id.clone());
     let newest = |service: &commerce_host::Service| -> anyhow::Result<Option<String>> {
         Ok(service
             .list_target_attempts(&store.id, &target, &PageRequest::first(1))
@@ -256,8 +256,8 @@ async fn main() -> anyhow::Result<()> {
 
 fn count_attempts(
     service: &commerce_host::Service,
-    store: &commerce_host::ids::StoreId,
-    target: &commerce_host::delivery::records::TargetRef,
+    store: &commerce_host::model::ids::StoreId,
+    target: &commerce_host::model::delivery::TargetRef,
 ) -> anyhow::Result<usize> {
     let mut n = 0;
     let mut page = PageRequest::first(250);

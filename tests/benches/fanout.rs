@@ -12,9 +12,9 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, Uri};
 use commerce_host::delivery::{Engine, EngineConfig};
+use commerce_host::model::plugin::Manifest;
+use commerce_host::model::webhook::NewWebhook;
 use commerce_host::service::EventType;
-use commerce_host::service::plugins::Manifest;
-use commerce_host::service::webhooks::NewWebhook;
 
 #[derive(Default)]
 struct Arrivals {

@@ -86,7 +86,8 @@ pub fn publish_body(name: &str) -> serde_json::Value {
             .expect("plugin.toml is TOML");
     let templates_dir = dir.join("templates");
     let templates = if templates_dir.is_dir() {
-        commerce_host::outbound::templates::load_dir(&templates_dir).expect("templates")
+        commerce_host::service::notifications::templates::load_dir(&templates_dir)
+            .expect("templates")
     } else {
         Default::default()
     };

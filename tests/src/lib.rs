@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use commerce_host::Config;
-use commerce_host::clock::ManualClock;
+use commerce_host::model::clock::ManualClock;
 use reqwest::Method;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;

@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use commerce_guest_sdk::webhook;
-use commerce_host::clock::SystemClock;
+use commerce_host::model::clock::SystemClock;
 use commerce_host_tests::TestHost;
 use commerce_host_tests::components::{plugin_dir, repo_root};
 use reqwest::Method;

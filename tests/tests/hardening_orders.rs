@@ -4,14 +4,14 @@
 use std::collections::BTreeMap;
 
 use commerce_host::Config;
-use commerce_host::clock::ManualClock;
-use commerce_host::error::Error;
-use commerce_host::ids::{InstallationId, ProductId, VariantId};
-use commerce_host::service::orders::{
+use commerce_host::model::clock::ManualClock;
+use commerce_host::model::error::Error;
+use commerce_host::model::ids::{InstallationId, ProductId, VariantId};
+use commerce_host::model::order::{
     CancelOrder, ConfirmPayment, CreateFulfillment, CreateOrder, CreateRefund, FinancialStatus,
     FulfillmentStatus, LineQuantity, NewLineItem, Order, OrderStatus,
 };
-use commerce_host::service::products::{CreateProduct, NewVariant};
+use commerce_host::model::product::{CreateProduct, NewVariant};
 use commerce_host::service::{Actor, Scope, Service};
 use commerce_host_tests::{ALL_SCOPES, Reply, TestHost, epoch};
 use proptest::prelude::*;

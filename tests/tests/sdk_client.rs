@@ -12,7 +12,7 @@ use commerce_guest_sdk::client::{
     UpdateOrder, UpdateProduct, WebhookPatch,
 };
 use commerce_guest_sdk::client::{BannerInput, Cta};
-use commerce_host::clock::SystemClock;
+use commerce_host::model::clock::SystemClock;
 use commerce_host_tests::{ALL_SCOPES, TestHost};
 use futures::TryStreamExt as _;
 use reqwest::Method;

@@ -8,8 +8,8 @@ use std::process::{Command, Stdio};
 
 use anyhow::{Context as _, anyhow, bail};
 
-use crate::outbound::templates::{self, TemplateSource};
-use crate::service::plugins::Manifest;
+use crate::model::plugin::Manifest;
+use crate::service::notifications::templates::{self, TemplateSource};
 
 /// The target plugins are built for.
 pub const TARGET: &str = "wasm32-wasip2";

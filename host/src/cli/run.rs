@@ -17,21 +17,23 @@ use serde_json::{Value, json};
 
 use super::package;
 use crate::Config;
-use crate::outbound::dashboard::MessageFilter;
-use crate::outbound::records::Message;
-use crate::outbound::templates::TemplateSource;
+use crate::model::customer::CustomerFilter;
+use crate::model::event::{Cause, Event};
+use crate::model::message::Message;
+use crate::model::order::{Order, OrderFilter};
+use crate::model::plugin::Manifest;
+use crate::model::product::ProductFilter;
+use crate::model::scopes::{EventType, Scope};
+use crate::model::store::Installation;
+use crate::model::store::RateLimits;
 use crate::plugins::bindings::commerce::plugin::types::HostError;
 use crate::plugins::{HostCall, Outcome, Plugins};
+use crate::service::Service;
 use crate::service::auth::Actor;
-use crate::service::customers::CustomerFilter;
-use crate::service::events::{Cause, Event, with_cause};
-use crate::service::orders::{Order, OrderFilter};
+use crate::service::events::with_cause;
+use crate::service::notifications::dashboard::MessageFilter;
+use crate::service::notifications::templates::TemplateSource;
 use crate::service::pagination::{Page, PageRequest};
-use crate::service::plugins::Manifest;
-use crate::service::products::ProductFilter;
-use crate::service::scopes::{EventType, Scope};
-use crate::service::stores::Installation;
-use crate::service::{Service, ratelimit::RateLimits};
 
 /// Arguments of `plugin run`.
 #[derive(Args)]
@@ -371,7 +373,7 @@ fn crate_manifest(component: &Path) -> Option<PathBuf> {
 fn fixtures_actor(
     service: &Service,
     plugins: &Plugins,
-    store: &crate::ids::StoreId,
+    store: &crate::model::ids::StoreId,
 ) -> anyhow::Result<Actor> {
     let manifest = Manifest {
         name: FIXTURES.into(),
@@ -394,14 +396,14 @@ fn fixtures_actor(
         .map_err(|e| anyhow!("the fixtures' identity: {e}"))
 }
 
-fn input<T: serde::de::DeserializeOwned>(value: Value) -> crate::error::Result<T> {
+fn input<T: serde::de::DeserializeOwned>(value: Value) -> crate::model::error::Result<T> {
     Ok(serde_json::from_value(value)?)
 }
 
 /// Seeds the store: two products with variants and stock, two customers, and an order in the
 /// state `kind` implies (paid unless the event is about an order in another state), through the
 /// service functions, which fire the events the run then picks from.
-fn seed(service: &Service, actor: &Actor, kind: EventType) -> crate::error::Result<()> {
+fn seed(service: &Service, actor: &Actor, kind: EventType) -> crate::model::error::Result<()> {
     let mug = service.create_product(
         actor,
         input(json!({
@@ -438,7 +440,7 @@ fn seed(service: &Service, actor: &Actor, kind: EventType) -> crate::error::Resu
             "last_name": "Hopper",
         }))?,
     )?;
-    let variant = |p: &crate::service::products::Product, i: usize| {
+    let variant = |p: &crate::model::product::Product, i: usize| {
         p.variants
             .get(i)
             .map(|v| v.id.to_string())
@@ -529,7 +531,7 @@ fn seed(service: &Service, actor: &Actor, kind: EventType) -> crate::error::Resu
 /// installation as the host would have.
 fn pick_event(
     service: &Service,
-    store: &crate::service::stores::Store,
+    store: &crate::model::store::Store,
     installation: &Installation,
     kind: EventType,
 ) -> anyhow::Result<Event> {
@@ -545,7 +547,7 @@ fn pick_event(
     if lifecycle {
         let now = service.now();
         return Ok(Event {
-            id: crate::ids::EventId::generate(now),
+            id: crate::model::ids::EventId::generate(now),
             kind,
             created_at: now,
             store: store.reference(),
@@ -557,8 +559,8 @@ fn pick_event(
 
 /// Every item of a paged listing (at most 40 pages of 250).
 fn all<T>(
-    mut page: impl FnMut(&PageRequest) -> crate::error::Result<Page<T>>,
-) -> crate::error::Result<Vec<T>> {
+    mut page: impl FnMut(&PageRequest) -> crate::model::error::Result<Page<T>>,
+) -> crate::model::error::Result<Vec<T>> {
     let mut items = Vec::new();
     let mut request = PageRequest::first(250);
     for _ in 0..40 {
@@ -573,7 +575,10 @@ fn all<T>(
 }
 
 /// The store's orders, customers and products by `kind id`, as JSON.
-fn snapshot(service: &Service, actor: &Actor) -> crate::error::Result<BTreeMap<String, Value>> {
+fn snapshot(
+    service: &Service,
+    actor: &Actor,
+) -> crate::model::error::Result<BTreeMap<String, Value>> {
     let mut records = BTreeMap::new();
     for order in all(|p| service.list_orders(actor, &OrderFilter::default(), p))? {
         records.insert(format!("order {}", order.id), serde_json::to_value(&order)?);

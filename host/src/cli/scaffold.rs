@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, anyhow, bail};
 
-use crate::service::plugins::Manifest;
+use crate::model::plugin::Manifest;
 
 /// The guest SDK of the repository this tool was built from.
 pub fn default_sdk() -> PathBuf {

@@ -10,11 +10,10 @@
 //! attempt, so a host killed during an attempt makes it again after the restart. Receivers
 //! deduplicate with the `X-Service-Event-Id` header.
 
+pub mod client;
 pub mod fair;
-pub mod network;
-pub mod queue;
-pub mod records;
-pub mod target;
+pub mod mail;
+pub mod messages;
 pub mod webhook;
 
 use std::collections::HashMap;
@@ -27,17 +26,18 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 
 use self::fair::{Fair, Kind, NotStarted, Slot};
-use self::records::{DUE_PREFIX, DueEntry, RETENTION, TargetRef, due_ms_of, millis};
-use self::target::{Target, TargetState};
+use self::mail::MailTransport;
 use self::webhook::WebhookSender;
-use crate::error::Result;
 use crate::metrics::TargetKind;
-use crate::notify::Mail;
+use crate::model::delivery::{DUE_PREFIX, DueEntry, RETENTION, TargetRef, due_ms_of, millis};
+use crate::model::error::Result;
+use crate::model::event::Cause;
+use crate::model::store::Installation;
+use crate::model::webhook::Subscription;
 use crate::service::Service;
-use crate::service::events::{Cause, with_cause};
-use crate::service::plugins::Plugin;
-use crate::service::stores::Installation;
-use crate::service::webhooks::Subscription;
+use crate::service::deliveries::queue;
+use crate::service::deliveries::target::{self, Target, TargetState};
+use crate::service::events::with_cause;
 
 pub use self::fair::MAX_IN_FLIGHT_PER_TARGET;
 
@@ -76,17 +76,10 @@ pub struct EngineConfig {
     pub poll_interval: Duration,
     /// How long a webhook receiver has to answer.
     pub webhook_timeout: Duration,
-}
-
-impl From<&crate::Config> for EngineConfig {
-    fn from(config: &crate::Config) -> Self {
-        Self {
-            concurrency: config.delivery_concurrency.max(1),
-            component_concurrency: config.plugin_runtime.max_concurrent_instances.max(1) as usize,
-            poll_interval: config.delivery_poll_interval,
-            webhook_timeout: config.webhook_timeout,
-        }
-    }
+    /// SMTP server for the host's own mail; `None`: the operator's outbox.
+    pub smtp_url: Option<String>,
+    /// Sender of the host's own mail.
+    pub mail_from: String,
 }
 
 /// The running engine.
@@ -117,6 +110,7 @@ impl Drop for AliveGuard {
 struct Shared {
     service: Service,
     webhooks: WebhookSender,
+    mail: MailTransport,
     plugins: Option<Arc<crate::plugins::Plugins>>,
     fair: Arc<Fair>,
     /// When the last long sweep of the due queue ran (see [`SKIP_BUDGET`]).
@@ -136,6 +130,7 @@ impl Engine {
     ) -> Result<Self> {
         let shared = Arc::new(Shared {
             webhooks: WebhookSender::new(service.network.clone(), config.webhook_timeout)?,
+            mail: MailTransport::new(config.smtp_url.as_deref(), &config.mail_from)?,
             plugins,
             wake: service.db.delivery_signal(),
             service,
@@ -352,7 +347,10 @@ impl Shared {
             return Ok(());
         };
         let stored = if delivery.test {
-            db.read(&records::test_event_key(&entry.store_id, &entry.event_id))?
+            db.read(&crate::model::delivery::test_event_key(
+                &entry.store_id,
+                &entry.event_id,
+            ))?
         } else {
             service.stored_event(&entry.store_id, &entry.event_id)?
         };
@@ -404,9 +402,12 @@ impl Shared {
         service
             .metrics
             .delivery_attempt(kind, outcome.succeeded, wall.elapsed());
-        if let Some(target) = paused {
+        if let Some(paused) = paused {
             service.metrics.target_paused(kind);
-            self.notify_paused(&target).await?;
+            if let Some(mail) = paused.notice {
+                let (status, error) = self.mail.send(&mail).await;
+                service.record_mail(mail, status, error)?;
+            }
         }
         Ok(())
     }
@@ -416,12 +417,15 @@ impl Shared {
     async fn run_component(
         &self,
         component: &target::ComponentTarget,
-        event: &crate::service::events::Event,
+        event: &crate::model::event::Event,
         cause: Cause,
         started: jiff::Timestamp,
-    ) -> webhook::Outcome {
+    ) -> crate::model::delivery::Outcome {
         let Some(plugins) = self.plugins.clone() else {
-            return webhook::Outcome::unsent(started, "this host runs no components".into());
+            return crate::model::delivery::Outcome::unsent(
+                started,
+                "this host runs no components".into(),
+            );
         };
         let service = self.service.clone();
         let (component, event) = (component.clone(), event.clone());
@@ -434,7 +438,7 @@ impl Shared {
         })
         .await;
         let took = wall.elapsed();
-        let mut outcome = webhook::Outcome::unsent(started, String::new());
+        let mut outcome = crate::model::delivery::Outcome::unsent(started, String::new());
         outcome.duration_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
         let result = match &ran {
             Ok(Ok(ran)) => Some(&ran.result),
@@ -455,85 +459,5 @@ impl Shared {
             Err(e) => outcome.error = Some(format!("the component's thread failed: {e}")),
         }
         outcome
-    }
-
-    /// Mails the owner of a target that was just paused.
-    async fn notify_paused(&self, target: &Target) -> Result<()> {
-        let sub = match target {
-            Target::Webhook(sub) => sub,
-            Target::Component(component) => return self.notify_component_paused(component).await,
-        };
-        let service = &self.service;
-        let installation: Option<Installation> = service
-            .db
-            .read(&Installation::key(&sub.store_id, &sub.installation_id))?;
-        let plugin: Option<Plugin> = match &installation {
-            Some(i) => service.db.read(&Plugin::key(&i.plugin))?,
-            None => None,
-        };
-        let Some(plugin) = plugin else {
-            return Ok(()); // Uninstalled meanwhile: nobody to tell.
-        };
-        let domain = service
-            .store(&sub.store_id)
-            .map(|s| s.domain)
-            .unwrap_or_default();
-        let mail = Mail {
-            to: plugin.manifest.contact_email.clone(),
-            subject: format!("[commerce-host] webhook {} paused for {domain}", sub.id),
-            body: format!(
-                "Your plugin `{plugin}`'s webhook subscription {id} to {url} in store {domain} \
-                 ({store}) was paused at {at}.\n\nWhy: {reason}\n\nWhile it is paused it receives \
-                 nothing; its events are recorded as failed deliveries and kept for 30 days.\n\
-                 Fix the receiver, then resume the subscription (POST /v1/webhooks/{id}/resume) \
-                 and re-send what it missed (POST /v1/webhooks/{id}/replay with \
-                 {{\"since\": \"<time>\"}}).\n",
-                plugin = plugin.name,
-                id = sub.id,
-                url = sub.url,
-                store = sub.store_id,
-                at = sub
-                    .paused_at
-                    .map(crate::clock::format_ts)
-                    .unwrap_or_default(),
-                reason = sub.pause_reason.as_deref().unwrap_or("retries ran out"),
-            ),
-        };
-        service.mailer.send(mail).await?;
-        Ok(())
-    }
-
-    async fn notify_component_paused(&self, component: &target::ComponentTarget) -> Result<()> {
-        let i = &component.installation;
-        tracing::warn!(installation = %i.id, plugin = i.plugin, "component paused");
-        let domain = self
-            .service
-            .store(&i.store_id)
-            .map(|s| s.domain)
-            .unwrap_or_default();
-        let mail = Mail {
-            to: component.plugin.manifest.contact_email.clone(),
-            subject: format!("[commerce-host] plugin {} paused for {domain}", i.plugin),
-            body: format!(
-                "Your plugin `{plugin}` (installation {id}) in store {domain} ({store}) failed every \
-                 retry of a delivery and was paused at {at}.\n\nWhy: {reason}\n\nWhile it is paused it \
-                 receives nothing; its events are recorded as failed deliveries and kept for 30 days.\n\
-                 Once fixed, the operator resumes it (POST /admin/v1/stores/{store}/installations/{id}/resume) \
-                 and re-sends what it missed (POST /admin/v1/stores/{store}/installations/{id}/replay).\n",
-                plugin = i.plugin,
-                id = i.id,
-                store = i.store_id,
-                at = i
-                    .component_paused_at
-                    .map(crate::clock::format_ts)
-                    .unwrap_or_default(),
-                reason = i
-                    .component_pause_reason
-                    .as_deref()
-                    .unwrap_or("retries ran out"),
-            ),
-        };
-        self.service.mailer.send(mail).await?;
-        Ok(())
     }
 }

@@ -1,5 +1,6 @@
 //! Webhook attempts: the signed POST of an event envelope to a subscriber's URL.
 
+use crate::model::delivery::Outcome;
 use std::time::{Duration, Instant};
 
 use hmac::{Hmac, Mac};
@@ -7,10 +8,11 @@ use jiff::Timestamp;
 use reqwest::Url;
 use sha2::Sha256;
 
-use super::network::{NetworkPolicy, PolicyResolver};
-use super::records::RESPONSE_EXCERPT_BYTES;
-use crate::error::{Error, Result};
-use crate::service::events::Event;
+use super::client::PolicyResolver;
+use crate::model::delivery::RESPONSE_EXCERPT_BYTES;
+use crate::model::error::{Error, Result};
+use crate::model::event::Event;
+use crate::service::network::NetworkPolicy;
 
 /// Unix time in seconds at which the request was signed.
 pub const TIMESTAMP_HEADER: &str = "x-service-timestamp";
@@ -36,49 +38,6 @@ pub fn sign(secret: &[u8], timestamp: i64, body: &[u8]) -> String {
     mac.update(b".");
     mac.update(body);
     hex::encode(mac.finalize().into_bytes())
-}
-
-/// What one attempt came to.
-#[derive(Debug, Clone)]
-pub struct Outcome {
-    /// When it started (the injected clock).
-    pub started: Timestamp,
-    /// A 2xx within the timeout.
-    pub succeeded: bool,
-    /// The receiver's status, when it answered.
-    pub status_code: Option<u16>,
-    /// What went wrong without a status.
-    pub error: Option<String>,
-    /// Wall time taken, in milliseconds.
-    pub duration_ms: u64,
-    /// The start of the response body.
-    pub response_body: Option<String>,
-    /// For a component: the lines it logged.
-    pub logs: Vec<crate::plugins::state::LogLine>,
-}
-
-impl Outcome {
-    /// A failure before anything was sent.
-    pub fn unsent(started: Timestamp, error: String) -> Self {
-        Self {
-            started,
-            succeeded: false,
-            status_code: None,
-            error: Some(error),
-            duration_ms: 0,
-            response_body: None,
-            logs: Vec::new(),
-        }
-    }
-
-    /// One line about it, for a pause reason.
-    pub fn summary(&self) -> String {
-        match (&self.status_code, &self.error) {
-            (Some(code), _) => format!("HTTP {code}"),
-            (None, Some(error)) => error.clone(),
-            (None, None) => "no answer".to_owned(),
-        }
-    }
 }
 
 /// How a webhook request is signed and marked.

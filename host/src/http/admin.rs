@@ -10,20 +10,20 @@ use utoipa::ToSchema;
 use super::AppState;
 use super::extract::{Json, Query, path_id};
 use super::middleware::ErrorResponse;
-use crate::error::Result;
+use crate::model::error::Result;
 use std::collections::BTreeMap;
 
-use crate::ids::{InstallationId, OrderId, StoreId};
-use crate::notify::MailRecord;
-use crate::outbound::quota::Quotas;
-use crate::outbound::templates::TemplateSource;
-use crate::service::events::Event;
-use crate::service::orders::{ConfirmPayment, Order};
+use crate::model::event::Event;
+use crate::model::ids::{InstallationId, OrderId, StoreId};
+use crate::model::mail::MailRecord;
+use crate::model::order::{ConfirmPayment, Order};
+use crate::model::plugin::{Manifest, Plugin};
+use crate::model::scopes::EventType;
+use crate::model::store::Quotas;
+use crate::model::store::RateLimits;
+use crate::model::store::{Installation, NewInstallation, Store};
+use crate::service::notifications::templates::TemplateSource;
 use crate::service::pagination::{Page, PageParams, PageRequest};
-use crate::service::plugins::{Manifest, Plugin};
-use crate::service::ratelimit::RateLimits;
-use crate::service::scopes::EventType;
-use crate::service::stores::{Installation, NewInstallation, Store};
 use utoipa::IntoParams;
 
 /// The operator routes (behind the admin token).
@@ -383,9 +383,7 @@ pub async fn list_mail(
     Query(params): Query<PageParams>,
 ) -> Result<axum::Json<Page<MailRecord>>> {
     let page = PageRequest::parse(&params)?;
-    Ok(axum::Json(
-        app.service.mailer.list(&app.service.cursors, &page)?,
-    ))
+    Ok(axum::Json(app.service.mail(&page)?))
 }
 
 /// Resume deliveries to an installation's component after its retries ran out and it was
@@ -407,20 +405,17 @@ pub async fn resume_component(
 /// Re-send failed events to an installation's component: one (`event_id`) or every failed one
 /// since a time (`since`); 202 with how many were queued again.
 #[utoipa::path(post, path = "/admin/v1/stores/{store_id}/installations/{id}/replay", tag = "operator",
-    request_body = crate::service::webhooks::ReplayRequest,
+    request_body = crate::model::webhook::ReplayRequest,
     params(("store_id" = String, Path, description = "Store id"), ("id" = String, Path, description = "Installation id")),
     security(("admin_token" = [])),
-    responses((status = 202, body = crate::service::webhooks::ReplayResult), (status = 400, body = ErrorResponse),
+    responses((status = 202, body = crate::model::webhook::ReplayResult), (status = 400, body = ErrorResponse),
         (status = 401, body = ErrorResponse), (status = 404, body = ErrorResponse),
         (status = 409, description = "paused, no component, or the delivery has not failed", body = ErrorResponse)))]
 pub async fn replay_component(
     State(app): State<AppState>,
     Path((store_id, id)): Path<(String, String)>,
-    Json(body): Json<crate::service::webhooks::ReplayRequest>,
-) -> Result<(
-    StatusCode,
-    axum::Json<crate::service::webhooks::ReplayResult>,
-)> {
+    Json(body): Json<crate::model::webhook::ReplayRequest>,
+) -> Result<(StatusCode, axum::Json<crate::model::webhook::ReplayResult>)> {
     let store: StoreId = path_id("store", &store_id)?;
     let id: InstallationId = path_id("installation", &id)?;
     Ok((
@@ -434,13 +429,13 @@ pub async fn replay_component(
 #[utoipa::path(get, path = "/admin/v1/stores/{store_id}/installations/{id}/attempts", tag = "operator",
     params(("store_id" = String, Path, description = "Store id"), ("id" = String, Path, description = "Installation id"), PageParams),
     security(("admin_token" = [])),
-    responses((status = 200, body = Page<crate::delivery::records::Attempt>), (status = 400, body = ErrorResponse),
+    responses((status = 200, body = Page<crate::model::delivery::Attempt>), (status = 400, body = ErrorResponse),
         (status = 401, body = ErrorResponse), (status = 404, body = ErrorResponse)))]
 pub async fn component_attempts(
     State(app): State<AppState>,
     Path((store_id, id)): Path<(String, String)>,
     Query(params): Query<PageParams>,
-) -> Result<axum::Json<Page<crate::delivery::records::Attempt>>> {
+) -> Result<axum::Json<Page<crate::model::delivery::Attempt>>> {
     let store: StoreId = path_id("store", &store_id)?;
     let id: InstallationId = path_id("installation", &id)?;
     let page = PageRequest::parse(&params)?;

@@ -8,10 +8,10 @@ use axum::routing::get;
 use super::AppState;
 use super::extract::{Caller, Json, Query, path_id};
 use super::middleware::ErrorResponse;
-use crate::error::Result;
-use crate::ids::CustomerId;
+use crate::model::customer::{CreateCustomer, Customer, CustomerFilter, UpdateCustomer};
+use crate::model::error::Result;
+use crate::model::ids::CustomerId;
 use crate::service::PageRequest;
-use crate::service::customers::{CreateCustomer, Customer, CustomerFilter, UpdateCustomer};
 use crate::service::pagination::{Page, PageParams};
 
 /// Customer routes.

@@ -7,7 +7,7 @@ use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
-use crate::error::Error;
+use crate::model::error::Error;
 use crate::service::Actor;
 
 /// A JSON body. Wrong content type → 415; syntax errors → 400 `malformed_json`; a wrong value →
@@ -135,7 +135,4 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
     }
 }
 
-/// Parses a path id of type `T`; a malformed id is simply not found.
-pub fn path_id<T: std::str::FromStr>(resource: &'static str, raw: &str) -> Result<T, Error> {
-    raw.parse().map_err(|_| Error::not_found(resource, raw))
-}
+pub use crate::model::ids::path_id;

@@ -14,7 +14,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
-use crate::error::{Error, ErrorBody};
+use crate::model::error::{Error, ErrorBody};
 use crate::service::idempotency::{Begin, StoredResponse, fingerprint};
 use crate::service::{Actor, Scope};
 

@@ -14,8 +14,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use super::AppState;
-use crate::error::Error;
 use crate::metrics::QUEUE_SCAN_LIMIT;
+use crate::model::error::Error;
 
 /// The `route` label of a request that matched no route.
 pub const UNMATCHED: &str = "unmatched";
@@ -33,7 +33,8 @@ pub async fn metrics(State(app): State<AppState>) -> Result<Response, Error> {
     let service = app.service.clone();
     let text = tokio::task::spawn_blocking(move || {
         let now = service.now();
-        let (due, oldest) = crate::delivery::queue::due_stats(&service.db, now, QUEUE_SCAN_LIMIT)?;
+        let (due, oldest) =
+            crate::service::deliveries::queue::due_stats(&service.db, now, QUEUE_SCAN_LIMIT)?;
         service.metrics.queue(due, oldest);
         Ok::<_, Error>(service.metrics.render())
     })

@@ -11,8 +11,8 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::AppState;
-use crate::error::{Error, ErrorBody};
-use crate::ids::{RequestId, StoreId};
+use crate::model::error::{Error, ErrorBody};
+use crate::model::ids::{RequestId, StoreId};
 use crate::service::ratelimit::RateStatus;
 
 /// `X-Request-Id`: the id of every request, also in every error body.
@@ -235,7 +235,7 @@ mod tests {
     use tower::ServiceExt as _;
 
     use super::*;
-    use crate::clock::SystemClock;
+    use crate::model::clock::SystemClock;
     use crate::service::Service;
     use crate::storage::Db;
 

@@ -20,7 +20,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::get;
 
-use crate::error::Error;
+use crate::model::error::Error;
 use crate::service::{Scope, Service};
 use idempotency::idempotent;
 

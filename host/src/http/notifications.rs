@@ -1,6 +1,6 @@
 //! `/v1/notifications`, and the operator's routes for what the outbound API produces: banners,
 //! feed cards, messages and the outbox, senders, template overrides. Every rule is in
-//! [`crate::outbound`].
+//! [`crate::service::notifications`].
 
 use axum::Router;
 use axum::extract::{Path, State};
@@ -10,15 +10,14 @@ use axum::routing::{get, post, put};
 use super::AppState;
 use super::extract::{Caller, Json, Query, path_id};
 use super::middleware::ErrorResponse;
-use crate::error::Result;
-use crate::ids::{MessageId, StoreId};
-use crate::outbound::dashboard::MessageFilter;
-use crate::outbound::records::{Banner, FeedCard};
-use crate::outbound::senders::{SenderSettings, SenderView, sender_channel};
-use crate::outbound::templates::{TemplateView, Wording};
-use crate::outbound::{
-    Message, MessageStatus, Notification, NotificationAccepted, NotificationRequest,
-};
+use crate::model::error::Result;
+use crate::model::ids::{MessageId, StoreId};
+use crate::model::message::{Banner, FeedCard};
+use crate::model::message::{Message, MessageStatus, Notification, NotificationAccepted};
+use crate::service::notifications::NotificationRequest;
+use crate::service::notifications::dashboard::MessageFilter;
+use crate::service::notifications::senders::{SenderSettings, SenderView, sender_channel};
+use crate::service::notifications::templates::{TemplateView, Wording};
 use crate::service::pagination::{Page, PageParams, PageRequest};
 
 /// `/v1` routes.

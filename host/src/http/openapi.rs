@@ -55,7 +55,7 @@ kept 30 days from the event, then purged."
         notifications::delete_template_override,
     ),
     components(schemas(middleware::ErrorResponse, middleware::ErrorObject,
-        crate::service::events::Event, crate::service::scopes::EventType)),
+        crate::model::event::Event, crate::model::scopes::EventType)),
     modifiers(&Security),
     tags(
         (name = "health", description = "Probes: `/healthz` (process up) and `/readyz` (storage answers, delivery engine runs), and `/metrics` (Prometheus text format). No token, no rate limit."),

@@ -8,12 +8,12 @@ use axum::routing::{get, post};
 use super::AppState;
 use super::extract::{Caller, Json, Query, path_id};
 use super::middleware::ErrorResponse;
-use crate::error::Result;
-use crate::ids::OrderId;
-use crate::service::PageRequest;
-use crate::service::orders::{
+use crate::model::error::Result;
+use crate::model::ids::OrderId;
+use crate::model::order::{
     CancelOrder, CreateFulfillment, CreateOrder, CreateRefund, Order, OrderFilter, UpdateOrder,
 };
+use crate::service::PageRequest;
 use crate::service::pagination::{Page, PageParams};
 
 type Reply<T> = Result<axum::Json<T>>;

@@ -8,14 +8,14 @@ use axum::routing::{get, patch, post};
 use super::AppState;
 use super::extract::{Caller, Json, Query, path_id};
 use super::middleware::ErrorResponse;
-use crate::error::Result;
-use crate::ids::ProductId;
-use crate::service::PageRequest;
-use crate::service::pagination::{Page, PageParams};
-use crate::service::products::{
+use crate::model::error::Result;
+use crate::model::ids::ProductId;
+use crate::model::product::{
     AdjustInventory, CreateProduct, InventoryLevel, NewVariant, Product, ProductFilter,
     UpdateProduct,
 };
+use crate::service::PageRequest;
+use crate::service::pagination::{Page, PageParams};
 
 /// Product and inventory routes.
 pub fn router() -> Router<AppState> {

@@ -30,7 +30,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tower::ServiceExt as _;
 
-use crate::error::Error;
+use crate::model::error::Error;
 
 /// The largest total size of a request's header fields (names and values), in bytes.
 pub const MAX_HEADER_BYTES: usize = 32 * 1024;

@@ -8,10 +8,10 @@ use utoipa::ToSchema;
 use super::AppState;
 use super::extract::Caller;
 use super::middleware::ErrorResponse;
-use crate::error::Result;
-use crate::ids::InstallationId;
+use crate::model::error::Result;
+use crate::model::event::StoreRef;
+use crate::model::ids::InstallationId;
 use crate::service::Scope;
-use crate::service::events::StoreRef;
 
 /// Routes about the calling installation.
 pub fn router() -> Router<AppState> {

@@ -12,14 +12,14 @@ use axum::routing::{get, post};
 use super::AppState;
 use super::extract::{Caller, Json, Query, path_id};
 use super::middleware::ErrorResponse;
-use crate::delivery::records::{Attempt, Delivery};
-use crate::error::Result;
-use crate::ids::WebhookId;
-use crate::service::pagination::{Page, PageParams, PageRequest};
-use crate::service::webhooks::{
+use crate::model::delivery::{Attempt, Delivery};
+use crate::model::error::Result;
+use crate::model::ids::WebhookId;
+use crate::model::webhook::{
     DeliveryFilter, NewWebhook, ReplayRequest, ReplayResult, RotateSecret, SecretRotated,
     TestEventRequest, Webhook, WebhookPatch,
 };
+use crate::service::pagination::{Page, PageParams, PageRequest};
 
 /// The webhook routes.
 pub fn router() -> Router<AppState> {

@@ -6,18 +6,18 @@ use std::collections::BTreeMap;
 use super::bindings::commerce::plugin::{
     customers as wc, events as we, inventory as wi, orders as wo, products as wp, types as wt,
 };
-use crate::clock::format_ts;
-use crate::error::Error;
-use crate::service::customers::{Address, AddressInput, CreateCustomer, Customer, UpdateCustomer};
-use crate::service::orders::{
+use crate::model::clock::format_ts;
+use crate::model::customer::{Address, AddressInput, CreateCustomer, Customer, UpdateCustomer};
+use crate::model::error::Error;
+use crate::model::order::{
     CreateFulfillment, CreateOrder, CreateRefund, FinancialStatus, Fulfillment, FulfillmentStatus,
     LineItem, LineQuantity, NewLineItem, Order, OrderStatus, OrderSummary, Refund, UpdateOrder,
 };
-use crate::service::pagination::{PageInfo, PageParams};
-use crate::service::products::{
+use crate::model::product::{
     CreateProduct, InventoryLevel, Media, NewVariant, Product, ProductStatus, UpdateProduct,
     Variant, VariantPatch,
 };
+use crate::service::pagination::{PageInfo, PageParams};
 
 /// A typed host error for the plugin; internal details stay in the host's log.
 pub fn host_error(e: Error) -> wt::HostError {
@@ -530,8 +530,8 @@ pub fn customer_patch(c: wc::CustomerPatch) -> UpdateCustomer {
 }
 
 /// The typed event for a plugin, from the stored envelope.
-pub fn event(e: &crate::service::events::Event) -> anyhow::Result<we::Event> {
-    use crate::service::scopes::EventType as T;
+pub fn event(e: &crate::model::event::Event) -> anyhow::Result<we::Event> {
+    use crate::model::scopes::EventType as T;
     let data = &e.data;
     let field = |name: &str| {
         data.get(name)
@@ -613,7 +613,7 @@ pub fn event(e: &crate::service::events::Event) -> anyhow::Result<we::Event> {
             product: product(serde_json::from_value(field("product")?)?),
         }),
         T::PluginInstalled | T::PluginConfigured | T::PluginUninstalled => {
-            let i: crate::service::stores::Installation =
+            let i: crate::model::store::Installation =
                 serde_json::from_value(field("installation")?)?;
             let info = we::Installation {
                 id: i.id.to_string(),

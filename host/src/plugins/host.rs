@@ -9,15 +9,16 @@ use super::bindings::commerce::plugin::{
     customers, inventory, log, notifications, orders, products, settings, types,
 };
 use super::convert as c;
-use super::state::{HostCall, Invocation, LogLine, LogSink, MAX_ARGS_SUMMARY, StoreCalls};
-use crate::error::Error;
-use crate::http::extract::path_id;
-use crate::outbound::records::{CardKind, Channel, Cta, Link, Tone};
-use crate::outbound::request::{BannerInput, FeedCardInput, NotificationRequest};
-use crate::service::customers::CustomerFilter;
-use crate::service::orders::{CancelOrder, OrderFilter};
+use super::state::{HostCall, Invocation, LogSink, MAX_ARGS_SUMMARY, StoreCalls};
+use crate::model::customer::CustomerFilter;
+use crate::model::error::Error;
+use crate::model::ids::path_id;
+use crate::model::log::LogLine;
+use crate::model::message::{CardKind, Channel, Cta, Link, Tone};
+use crate::model::order::{CancelOrder, OrderFilter};
+use crate::model::product::{AdjustInventory, ProductFilter};
+use crate::service::notifications::request::{BannerInput, FeedCardInput, NotificationRequest};
 use crate::service::pagination::PageRequest;
-use crate::service::products::{AdjustInventory, ProductFilter};
 
 type HostError = types::HostError;
 type Call<T> = wasmtime::Result<Result<T, HostError>>;

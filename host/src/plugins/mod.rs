@@ -6,6 +6,7 @@
 //! plugin version. Every event is delivered to a fresh instance with the installation's identity;
 //! host functions go through the same service layer as the REST API.
 
+use crate::model::plugin::ComponentInfo;
 pub mod bindings;
 mod convert;
 mod deadline;
@@ -20,9 +21,9 @@ use std::sync::{Arc, Mutex};
 
 use sha2::{Digest, Sha256};
 
-use crate::error::{Error, Result};
-use crate::service::events::Event;
-use crate::service::plugins::{Manifest, ManifestLimits};
+use crate::model::error::{Error, Result};
+use crate::model::event::Event;
+use crate::model::plugin::{Manifest, ManifestLimits};
 use crate::service::{Actor, Service};
 pub use limits::Limits;
 pub use runtime::{Failure, Outcome, RuntimeConfig};
@@ -111,15 +112,6 @@ impl LimitPolicy {
     }
 }
 
-/// A published component, as recorded with its plugin.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
-pub struct ComponentInfo {
-    /// SHA-256 of the component's bytes, hex.
-    pub sha256: String,
-    /// Size in bytes.
-    pub size: u64,
-}
-
 /// Installed components and the runtime that runs them.
 pub struct Plugins {
     runtime: Runtime,
@@ -198,9 +190,12 @@ impl Plugins {
         &self,
         service: &Service,
         manifest: Manifest,
-        templates: &std::collections::BTreeMap<String, crate::outbound::templates::TemplateSource>,
+        templates: &std::collections::BTreeMap<
+            String,
+            crate::service::notifications::templates::TemplateSource,
+        >,
         component: Option<&[u8]>,
-    ) -> Result<crate::service::plugins::Plugin> {
+    ) -> Result<crate::model::plugin::Plugin> {
         service.check_publishable(&manifest, templates, component.is_some())?;
         let info = component
             .map(|wasm| self.store_component(&manifest, wasm, "component"))

@@ -13,8 +13,9 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 use super::bindings::commerce::plugin::events::Event;
 use super::bindings::{Plugin, PluginPre};
 use super::limits::{LimitExceeded, Limits};
-use super::state::{HostCall, Invocation, LogLine};
+use super::state::{HostCall, Invocation};
 use super::{deadline, host};
+use crate::model::log::LogLine;
 use crate::service::{Actor, Service};
 
 /// The export every plugin must have.

@@ -1,5 +1,6 @@
 //! What a wasmtime `Store` holds for one invocation, and the narrow views host functions get.
 
+use crate::model::log::LogLine;
 use std::time::Instant;
 
 use wasmtime::component::ResourceTable;
@@ -9,16 +10,6 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use super::bindings::commerce::plugin::types::HostError;
 use super::limits::{Limiter, Limits, Meter};
 use crate::service::{Actor, Service};
-
-/// One line a plugin logged during an invocation.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
-pub struct LogLine {
-    /// `trace`, `debug`, `info`, `warn`, `error`, or `stderr` (what the guest wrote there, such as a
-    /// panic message).
-    pub level: String,
-    /// The text.
-    pub message: String,
-}
 
 /// Longest argument summary kept for a traced host call, in bytes.
 pub const MAX_ARGS_SUMMARY: usize = 200;

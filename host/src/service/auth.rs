@@ -9,12 +9,13 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::Service;
-use super::events::StoreRef;
-use super::ratelimit::{RateLimits, RateStatus};
-use super::scopes::Scope;
-use super::stores::{Installation, InstallationStatus, Store};
-use crate::error::{Error, Result};
-use crate::ids::{InstallationId, StoreId};
+use crate::model::error::{Error, Result};
+use crate::model::event::StoreRef;
+use crate::model::ids::{InstallationId, StoreId};
+use crate::model::scopes::Scope;
+use crate::model::store::RateLimits;
+use crate::model::store::{Installation, InstallationStatus, Store};
+use crate::service::ratelimit::RateStatus;
 
 /// Prefix of every project token, so that leaked tokens are easy to recognise and scan for.
 pub const TOKEN_PREFIX: &str = "chp_";

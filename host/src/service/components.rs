@@ -2,12 +2,12 @@
 //! replay failed events, and the attempt log with the plugin's log lines.
 
 use super::Service;
-use super::pagination::{Page, PageRequest};
-use super::stores::{Installation, InstallationStatus};
-use super::webhooks::{ReplayRequest, ReplayResult};
-use crate::delivery::records::{Attempt, TargetRef};
-use crate::error::{Error, Result};
-use crate::ids::{InstallationId, StoreId};
+use crate::model::delivery::{Attempt, TargetRef};
+use crate::model::error::{Error, Result};
+use crate::model::ids::{InstallationId, StoreId};
+use crate::model::store::{Installation, InstallationStatus};
+use crate::model::webhook::{ReplayRequest, ReplayResult};
+use crate::service::pagination::{Page, PageRequest};
 
 impl Service {
     fn component_installation(&self, store: &StoreId, id: &InstallationId) -> Result<Installation> {

@@ -20,8 +20,8 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::{Actor, Scope, Service};
-use crate::error::{Error, Result};
-use crate::ids::{InstallationId, StoreId};
+use crate::model::error::{Error, Result};
+use crate::model::ids::{InstallationId, StoreId};
 
 /// How long a key is remembered.
 pub const KEY_RETENTION: SignedDuration = SignedDuration::from_hours(24);
@@ -46,7 +46,7 @@ pub struct StoredResponse {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Record {
     fingerprint: String,
-    #[serde(with = "crate::clock::api_ts")]
+    #[serde(with = "crate::model::clock::api_ts")]
     created_at: Timestamp,
     response: Option<StoredResponse>,
     /// The boot of the host that claimed the key (absent in records of older hosts).
@@ -222,9 +222,9 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::clock::ManualClock;
-    use crate::service::events::StoreRef;
-    use crate::service::ratelimit::RateLimits;
+    use crate::model::clock::ManualClock;
+    use crate::model::event::StoreRef;
+    use crate::model::store::RateLimits;
     use crate::storage::Db;
 
     fn epoch() -> Timestamp {

@@ -1,18 +1,18 @@
 //! Periodic housekeeping: expired idempotency keys go, and so do the outbound API's records past
 //! their retention (banners, feed cards, messages, quota counters: see
-//! [`crate::outbound::retention`]) and the host's mail after [`MAIL_RETENTION`]. (Events, their
+//! [`crate::service::notifications::retention`]) and the host's mail after [`MAIL_RETENTION`]. (Events, their
 //! deliveries and attempts are purged by the delivery engine, which indexes them by expiry.)
 
 use jiff::{SignedDuration, Timestamp};
 use serde::de::DeserializeOwned;
 
 use super::Service;
-use super::events::{Event, events_prefix};
-use super::pagination::{Listing, Page, PageRequest};
-use super::scopes::EventType;
-use super::stores::Store;
-use crate::error::Result;
-use crate::ids::StoreId;
+use crate::model::error::Result;
+use crate::model::event::{Event, events_prefix};
+use crate::model::ids::StoreId;
+use crate::model::scopes::EventType;
+use crate::model::store::Store;
+use crate::service::pagination::{Listing, Page, PageRequest};
 use crate::storage::Db;
 
 /// The host's mail is kept this long.
@@ -24,7 +24,7 @@ pub struct Purged {
     /// Idempotency keys past their retention.
     pub idempotency_keys: usize,
     /// Banners, feed cards, messages and quota counters past their retention.
-    pub outbound: crate::outbound::retention::OutboundPurged,
+    pub outbound: crate::service::notifications::retention::OutboundPurged,
     /// The host's mail past [`MAIL_RETENTION`].
     pub mail: usize,
 }
@@ -110,7 +110,7 @@ impl Service {
                 after = Some(key);
             }
             if done {
-                purged.mail = self.mailer.purge(now, MAIL_RETENTION)?;
+                purged.mail = self.purge_mail(now, MAIL_RETENTION)?;
                 return Ok(purged);
             }
         }

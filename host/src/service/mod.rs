@@ -7,16 +7,18 @@
 pub mod auth;
 pub mod components;
 pub mod customers;
+pub mod deliveries;
 pub mod events;
 pub mod idempotency;
+pub mod mail;
 pub mod maintenance;
-pub mod money;
+pub mod network;
+pub mod notifications;
 pub mod orders;
 pub mod pagination;
 pub mod plugins;
 pub mod products;
 pub mod ratelimit;
-pub mod scopes;
 pub mod stores;
 pub mod validate;
 pub mod webhooks;
@@ -26,15 +28,14 @@ use std::sync::Arc;
 
 use rand::RngCore;
 
-use crate::clock::SharedClock;
-use crate::delivery::network::NetworkPolicy;
-use crate::error::Result;
-use crate::notify::Mailer;
+use crate::model::clock::SharedClock;
+use crate::model::error::Result;
 use crate::storage::Db;
+use network::NetworkPolicy;
 
+pub use crate::model::scopes::{EventType, Scope};
 pub use auth::Actor;
 pub use pagination::{Page, PageInfo, PageParams, PageRequest};
-pub use scopes::{EventType, Scope};
 
 /// The service layer: cheap to clone, shared by the HTTP server, the delivery engine and the
 /// plugin runtime.
@@ -61,8 +62,6 @@ pub struct Inner {
     pub cursors: pagination::Cursors,
     /// Which addresses webhooks may go to.
     pub network: NetworkPolicy,
-    /// The host's own mail (pause notices).
-    pub mailer: Mailer,
     /// SHA-256 of the operator's admin token.
     admin_token_hash: [u8; 32],
     /// Wakes the outbound message worker when a message is queued.
@@ -76,10 +75,6 @@ pub struct Inner {
 pub struct Options {
     /// Non-public networks webhooks may go to.
     pub allow_networks: Vec<ipnet::IpNet>,
-    /// SMTP server for the host's mail; `None`: the operator's outbox.
-    pub smtp_url: Option<String>,
-    /// Sender of the host's mail; `None`: a `noreply` address.
-    pub mail_from: Option<String>,
 }
 
 impl Deref for Service {
@@ -118,19 +113,9 @@ impl Service {
         let mut key = [0u8; 32];
         hex::decode_to_slice(&secret, &mut key)
             .map_err(|e| anyhow::anyhow!("the stored cursor secret is corrupt: {e}"))?;
-        let from = options
-            .mail_from
-            .unwrap_or_else(|| "commerce-host <noreply@commerce-host.invalid>".to_owned());
-        let mailer = Mailer::new(
-            options.smtp_url.as_deref(),
-            &from,
-            db.clone(),
-            clock.clone(),
-        )?;
         Ok(Self {
             inner: Arc::new(Inner {
                 network: NetworkPolicy::new(options.allow_networks),
-                mailer,
                 db,
                 clock,
                 limiter: ratelimit::RateLimiter::default(),

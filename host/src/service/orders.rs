@@ -17,437 +17,41 @@
 //! [`OrderSummary`], not the whole order, so neither the record nor its events grow without bound.
 //! The buyer's email is customer data: it is shown only to an actor holding `customers.read`.
 
+use crate::model::order::CancelOrder;
+use crate::model::order::ConfirmPayment;
+use crate::model::order::CreateFulfillment;
+use crate::model::order::CreateOrder;
+use crate::model::order::CreateRefund;
+use crate::model::order::FinancialStatus;
+use crate::model::order::Fulfillment;
+use crate::model::order::FulfillmentStatus;
+use crate::model::order::LineItem;
+use crate::model::order::LineQuantity;
+use crate::model::order::Order;
+use crate::model::order::OrderFilter;
+use crate::model::order::OrderStatus;
+use crate::model::order::OrderSummary;
+use crate::model::order::Refund;
+use crate::model::order::UpdateOrder;
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
-use serde::{Deserialize, Serialize};
 use serde_json::json;
-use utoipa::{IntoParams, ToSchema};
 
 use super::Service;
-use super::auth::Actor;
-use super::customers::Customer;
-use super::events::StoreRef;
-use super::money::{MAX_FULFILLMENTS, MAX_REFUNDS, Money, Quantity};
-use super::pagination::{Listing, Page, PageRequest};
-use super::products::StockChange;
-use super::scopes::{EventType, Scope};
-use super::validate;
-use crate::error::{Error, Result};
-use crate::ids::{
-    CustomerId, FulfillmentId, LineItemId, OrderId, ProductId, RefundId, StoreId, VariantId,
+use crate::model::customer::Customer;
+use crate::model::error::{Error, Result};
+use crate::model::event::StoreRef;
+use crate::model::ids::{
+    FulfillmentId, LineItemId, OrderId, ProductId, RefundId, StoreId, VariantId,
 };
+use crate::model::money::{MAX_FULFILLMENTS, MAX_REFUNDS, Money, Quantity};
+use crate::model::product::StockChange;
+use crate::model::scopes::{EventType, Scope};
+use crate::service::auth::Actor;
+use crate::service::pagination::{Listing, Page, PageRequest};
+use crate::service::validate;
 use crate::storage::Tx;
-
-/// Lifecycle of an order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum OrderStatus {
-    /// Being prepared; takes no stock and cannot be paid or shipped.
-    Draft,
-    /// Placed.
-    Open,
-    /// Cancelled.
-    Cancelled,
-}
-
-/// Payment state of an order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum FinancialStatus {
-    /// Not paid yet.
-    Pending,
-    /// Paid in full.
-    Paid,
-    /// Some of the payment was refunded.
-    PartiallyRefunded,
-    /// All of the payment was refunded.
-    Refunded,
-}
-
-/// Shipping state of an order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum FulfillmentStatus {
-    /// Nothing shipped.
-    Unfulfilled,
-    /// Some items shipped.
-    PartiallyFulfilled,
-    /// Every item shipped.
-    Fulfilled,
-}
-
-/// One line of an order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct LineItem {
-    /// Line item id (`li_…`).
-    pub id: LineItemId,
-    /// The variant bought, for catalogue items.
-    pub variant_id: Option<VariantId>,
-    /// The variant's product, for catalogue items.
-    pub product_id: Option<ProductId>,
-    /// What was bought.
-    pub title: String,
-    /// The variant's SKU at the time of the order.
-    pub sku: Option<String>,
-    /// Units ordered.
-    pub quantity: i64,
-    /// Price of one unit, minor units.
-    pub unit_price: i64,
-    /// `unit_price × quantity`.
-    pub total: i64,
-    /// Units shipped so far.
-    pub fulfilled_quantity: i64,
-    /// Units refunded so far.
-    pub refunded_quantity: i64,
-}
-
-/// A quantity of one line item.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct LineQuantity {
-    /// The line item.
-    pub line_item_id: LineItemId,
-    /// Units, 1 to 10 000 (and never more than the line has left to ship or refund).
-    pub quantity: i64,
-}
-
-/// A shipment.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct Fulfillment {
-    /// Fulfilment id (`ful_…`).
-    pub id: FulfillmentId,
-    /// What was shipped.
-    pub line_items: Vec<LineQuantity>,
-    /// Carrier's tracking number.
-    pub tracking_number: Option<String>,
-    /// Carrier.
-    pub carrier: Option<String>,
-    /// When it shipped.
-    #[serde(with = "crate::clock::api_ts")]
-    #[schema(value_type = String)]
-    pub created_at: Timestamp,
-}
-
-/// A refund.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct Refund {
-    /// Refund id (`ref_…`).
-    pub id: RefundId,
-    /// Money returned, minor units of the order's currency.
-    pub amount: i64,
-    /// Items refunded (may be empty for a money-only refund).
-    pub line_items: Vec<LineQuantity>,
-    /// Why.
-    pub reason: Option<String>,
-    /// When it was issued.
-    #[serde(with = "crate::clock::api_ts")]
-    #[schema(value_type = String)]
-    pub created_at: Timestamp,
-}
-
-/// An order with its line items, fulfilments and refunds.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct Order {
-    /// Order id (`ord_…`).
-    pub id: OrderId,
-    /// Draft, open or cancelled.
-    pub status: OrderStatus,
-    /// Payment state.
-    pub financial_status: FinancialStatus,
-    /// Shipping state.
-    pub fulfillment_status: FulfillmentStatus,
-    /// ISO 4217 code of every amount of the order.
-    pub currency: String,
-    /// The buyer, when known.
-    pub customer_id: Option<CustomerId>,
-    /// The buyer's email (copied from the customer when not given). Customer data: null for a
-    /// token without `customers.read`.
-    pub email: Option<String>,
-    /// What was bought.
-    pub line_items: Vec<LineItem>,
-    /// Sum of line totals, minor units.
-    pub subtotal: i64,
-    /// What the buyer pays, minor units (equal to the subtotal: no tax or shipping lines yet).
-    pub total: i64,
-    /// Paid so far.
-    pub total_paid: i64,
-    /// Refunded so far (never more than `total_paid`).
-    pub total_refunded: i64,
-    /// Merchant's tags.
-    pub tags: Vec<String>,
-    /// Merchant's note.
-    pub note: Option<String>,
-    /// Free-form key/value data for plugins.
-    pub custom_fields: BTreeMap<String, String>,
-    /// Shipments.
-    pub fulfillments: Vec<Fulfillment>,
-    /// Refunds.
-    pub refunds: Vec<Refund>,
-    /// When it was created.
-    #[serde(with = "crate::clock::api_ts")]
-    #[schema(value_type = String)]
-    pub created_at: Timestamp,
-    /// When it last changed.
-    #[serde(with = "crate::clock::api_ts")]
-    #[schema(value_type = String)]
-    pub updated_at: Timestamp,
-    /// When payment was confirmed.
-    #[serde(default, with = "crate::clock::api_ts::option")]
-    #[schema(value_type = Option<String>)]
-    pub paid_at: Option<Timestamp>,
-    /// When it was cancelled.
-    #[serde(default, with = "crate::clock::api_ts::option")]
-    #[schema(value_type = Option<String>)]
-    pub cancelled_at: Option<Timestamp>,
-    /// Why it was cancelled.
-    pub cancel_reason: Option<String>,
-}
-
-impl Order {
-    /// Key of an order record.
-    pub fn key(store: &StoreId, id: &OrderId) -> String {
-        format!("order/{store}/{id}")
-    }
-
-    fn line_index(&self, id: &LineItemId) -> Option<usize> {
-        self.line_items.iter().position(|l| &l.id == id)
-    }
-
-    /// The order as `actor` may see it: the buyer's email is customer data, shown only with
-    /// `customers.read` (an `orders.write` token must not read a customer's email by attaching
-    /// the customer to a draft).
-    pub fn for_actor(mut self, actor: &Actor) -> Order {
-        if !actor.scopes.contains(&Scope::CustomersRead) {
-            self.email = None;
-        }
-        self
-    }
-
-    fn refresh_statuses(&mut self) {
-        let all = self
-            .line_items
-            .iter()
-            .all(|l| l.fulfilled_quantity >= l.quantity);
-        let some = self.line_items.iter().any(|l| l.fulfilled_quantity > 0);
-        self.fulfillment_status = if all {
-            FulfillmentStatus::Fulfilled
-        } else if some {
-            FulfillmentStatus::PartiallyFulfilled
-        } else {
-            FulfillmentStatus::Unfulfilled
-        };
-        if self.total_paid > 0 {
-            self.financial_status = if self.total_refunded >= self.total_paid {
-                FinancialStatus::Refunded
-            } else if self.total_refunded > 0 {
-                FinancialStatus::PartiallyRefunded
-            } else {
-                FinancialStatus::Paid
-            };
-        }
-    }
-}
-
-/// What `order.fulfilled` and `order.refunded` carry of the order: its identity, buyer, statuses
-/// and totals after the change, without line items, fulfilments or refunds (each event would
-/// otherwise copy every earlier refund). The change itself is beside it (`refund`,
-/// `fulfillment`); `GET /v1/orders/{id}` has the rest.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct OrderSummary {
-    /// Order id (`ord_…`).
-    pub id: OrderId,
-    /// Draft, open or cancelled.
-    pub status: OrderStatus,
-    /// Payment state.
-    pub financial_status: FinancialStatus,
-    /// Shipping state.
-    pub fulfillment_status: FulfillmentStatus,
-    /// ISO 4217 code of every amount of the order.
-    pub currency: String,
-    /// The buyer, when known.
-    pub customer_id: Option<CustomerId>,
-    /// The buyer's email.
-    pub email: Option<String>,
-    /// Sum of line totals, minor units.
-    pub subtotal: i64,
-    /// What the buyer pays, minor units.
-    pub total: i64,
-    /// Paid so far.
-    pub total_paid: i64,
-    /// Refunded so far.
-    pub total_refunded: i64,
-    /// When it was created.
-    #[serde(with = "crate::clock::api_ts")]
-    #[schema(value_type = String)]
-    pub created_at: Timestamp,
-    /// When it last changed.
-    #[serde(with = "crate::clock::api_ts")]
-    #[schema(value_type = String)]
-    pub updated_at: Timestamp,
-    /// When payment was confirmed.
-    #[serde(default, with = "crate::clock::api_ts::option")]
-    #[schema(value_type = Option<String>)]
-    pub paid_at: Option<Timestamp>,
-    /// When it was cancelled.
-    #[serde(default, with = "crate::clock::api_ts::option")]
-    #[schema(value_type = Option<String>)]
-    pub cancelled_at: Option<Timestamp>,
-}
-
-impl From<&Order> for OrderSummary {
-    fn from(o: &Order) -> Self {
-        Self {
-            id: o.id.clone(),
-            status: o.status,
-            financial_status: o.financial_status,
-            fulfillment_status: o.fulfillment_status,
-            currency: o.currency.clone(),
-            customer_id: o.customer_id.clone(),
-            email: o.email.clone(),
-            subtotal: o.subtotal,
-            total: o.total,
-            total_paid: o.total_paid,
-            total_refunded: o.total_refunded,
-            created_at: o.created_at,
-            updated_at: o.updated_at,
-            paid_at: o.paid_at,
-            cancelled_at: o.cancelled_at,
-        }
-    }
-}
-
-/// A line in `POST /v1/orders`: a catalogue variant, or a custom item with a title and price.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct NewLineItem {
-    /// A variant of the store (its title and price are used).
-    #[serde(default)]
-    pub variant_id: Option<VariantId>,
-    /// Title of a custom item (required without `variant_id`).
-    #[serde(default)]
-    pub title: Option<String>,
-    /// Unit price of a custom item, 1 to 10¹² minor units (required without `variant_id`).
-    #[serde(default)]
-    pub unit_price: Option<i64>,
-    /// Units, 1 to 10 000.
-    pub quantity: i64,
-}
-
-/// Body of `POST /v1/orders`.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateOrder {
-    /// `draft` or `open` (default `open`: a live order).
-    #[serde(default)]
-    pub status: Option<OrderStatus>,
-    /// ISO 4217 code; variants must be priced in it.
-    pub currency: String,
-    /// The buyer.
-    #[serde(default)]
-    pub customer_id: Option<CustomerId>,
-    /// The buyer's email.
-    #[serde(default)]
-    pub email: Option<String>,
-    /// 1 to 250 lines.
-    pub line_items: Vec<NewLineItem>,
-    /// Tags.
-    #[serde(default)]
-    pub tags: Vec<String>,
-    /// Note.
-    #[serde(default)]
-    pub note: Option<String>,
-    /// Custom fields.
-    #[serde(default)]
-    pub custom_fields: BTreeMap<String, String>,
-}
-
-/// Body of `PATCH /v1/orders/{id}`: tags, note and custom fields only.
-#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct UpdateOrder {
-    /// Replaces the tags.
-    #[serde(default)]
-    pub tags: Option<Vec<String>>,
-    /// Replaces the note (`""` clears it).
-    #[serde(default)]
-    pub note: Option<String>,
-    /// Merged into the custom fields; a `null` value removes the key.
-    #[serde(default)]
-    pub custom_fields: Option<BTreeMap<String, Option<String>>>,
-}
-
-/// Body of `POST /v1/orders/{id}/fulfillments`.
-#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateFulfillment {
-    /// What ships; when absent, everything not yet shipped.
-    #[serde(default)]
-    pub line_items: Option<Vec<LineQuantity>>,
-    /// Tracking number.
-    #[serde(default)]
-    pub tracking_number: Option<String>,
-    /// Carrier.
-    #[serde(default)]
-    pub carrier: Option<String>,
-}
-
-/// Body of `POST /v1/orders/{id}/refunds`: money, items, or both.
-#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateRefund {
-    /// Money to return; when absent, the value of `line_items`.
-    #[serde(default)]
-    pub amount: Option<i64>,
-    /// Items refunded.
-    #[serde(default)]
-    pub line_items: Vec<LineQuantity>,
-    /// Why.
-    #[serde(default)]
-    pub reason: Option<String>,
-}
-
-/// Body of `POST /v1/orders/{id}/cancel`.
-#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CancelOrder {
-    /// Why (`customer`, `fraud`, `inventory`, …).
-    #[serde(default)]
-    pub reason: Option<String>,
-}
-
-/// A payment confirmation from the gateway (operator API).
-#[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ConfirmPayment {
-    /// Amount captured, minor units; must be the order's total.
-    pub amount: i64,
-    /// Currency captured; must be the order's.
-    pub currency: String,
-}
-
-/// Filters of `GET /v1/orders`.
-#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct OrderFilter {
-    /// Only orders with this status.
-    pub status: Option<OrderStatus>,
-    /// Only orders with this payment state.
-    pub financial_status: Option<FinancialStatus>,
-    /// Only orders with this shipping state.
-    pub fulfillment_status: Option<FulfillmentStatus>,
-    /// Only orders of this customer.
-    pub customer_id: Option<CustomerId>,
-    /// Only orders created at or after this time (RFC 3339).
-    pub created_at_min: Option<String>,
-    /// Only orders created before this time (RFC 3339).
-    pub created_at_max: Option<String>,
-    /// Items per page, 1 to 250; 50 when absent.
-    pub limit: Option<String>,
-    /// The `next_cursor` of the previous page.
-    pub cursor: Option<String>,
-}
 
 fn parse_time(field: &str, value: Option<&str>) -> Result<Option<Timestamp>> {
     value
@@ -651,7 +255,7 @@ impl Service {
                         format!("line_items[{i}].variant_id"),
                         format!(
                             "the variant's price ({unit_price}) is above {} minor units; change it first",
-                            super::money::MAX_AMOUNT
+                            crate::model::money::MAX_AMOUNT
                         ),
                     )
                 })?;
@@ -663,7 +267,7 @@ impl Service {
                             format!(
                                 "the line total ({unit_price} × {}) would exceed {} minor units",
                                 line.quantity,
-                                super::money::MAX_AMOUNT
+                                crate::model::money::MAX_AMOUNT
                             ),
                         )
                     })?;
@@ -686,7 +290,7 @@ impl Service {
                         "line_items",
                         format!(
                             "the order total would exceed {} minor units",
-                            super::money::MAX_AMOUNT
+                            crate::model::money::MAX_AMOUNT
                         ),
                     )
                 })?
@@ -735,13 +339,13 @@ impl Service {
         store: &StoreId,
         id: &VariantId,
         field: &str,
-    ) -> Result<(super::products::Variant, String)> {
+    ) -> Result<(crate::model::product::Variant, String)> {
         let missing = || Error::invalid(field, format!("no variant `{id}` in this store"));
         let product_id: ProductId = tx
             .read(&format!("variant/{store}/{id}"))?
             .ok_or_else(missing)?;
-        let product: super::products::Product = tx
-            .read(&super::products::Product::key(store, &product_id))?
+        let product: crate::model::product::Product = tx
+            .read(&crate::model::product::Product::key(store, &product_id))?
             .ok_or_else(missing)?;
         let variant = product.variant(id).cloned().ok_or_else(missing)?;
         Ok((variant, product.title))
@@ -1207,5 +811,18 @@ impl Service {
             )?;
             Ok(order)
         })
+    }
+}
+
+/// What a caller may see of a order: a rule of the service layer, next to the scopes it reads.
+impl Order {
+    /// The order as `actor` may see it: the buyer's email is customer data, shown only with
+    /// `customers.read` (an `orders.write` token must not read a customer's email by attaching
+    /// the customer to a draft).
+    pub fn for_actor(mut self, actor: &Actor) -> Order {
+        if !actor.scopes.contains(&Scope::CustomersRead) {
+            self.email = None;
+        }
+        self
     }
 }

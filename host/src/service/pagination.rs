@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 use utoipa::{IntoParams, ToSchema};
 
-use crate::error::{Error, Result};
+use crate::model::error::{Error, Result};
 use crate::storage::Db;
 
 /// Items per page when `limit` is not given.

@@ -1,124 +1,14 @@
 //! Published plugins and their manifests.
 
+use crate::model::plugin::Manifest;
+use crate::model::plugin::Plugin;
 use std::collections::{BTreeMap, BTreeSet};
 
-use jiff::Timestamp;
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
-
 use super::Service;
-use super::pagination::{Listing, Page, PageRequest};
-use super::scopes::{EventType, Scope};
-use crate::error::{Error, Result};
-use crate::outbound::templates::{TemplateSource, validate_templates};
-
-/// A plugin's manifest (`plugin.toml`, or JSON over HTTP). Unknown fields are refused.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Manifest {
-    /// Unique plugin name: lower-case letters, digits and `-`, starting with a letter, 2 to 64
-    /// characters.
-    #[schema(example = "order-thanks")]
-    pub name: String,
-    /// Semantic version `MAJOR.MINOR.PATCH`; each publish of a name needs a higher version.
-    #[schema(example = "1.0.0")]
-    pub version: String,
-    /// What the plugin does, for the merchant.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
-    /// The scopes the plugin needs; its installations get exactly these.
-    #[serde(default)]
-    #[schema(example = json!(["orders.read"]))]
-    pub scopes: Vec<String>,
-    /// Who is told when one of the plugin's webhook subscriptions is paused.
-    #[schema(example = "dev@plugin.example")]
-    pub contact_email: String,
-    /// Webhook subscriptions created at install.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub webhooks: Vec<ManifestWebhook>,
-    /// For a component: the events it receives.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub events: Vec<String>,
-    /// For a component: limits per invocation, within the operator's maxima.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limits: Option<ManifestLimits>,
-}
-
-/// A webhook subscription declared in a manifest.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ManifestWebhook {
-    /// Endpoint that receives callbacks.
-    pub url: String,
-    /// Event names.
-    pub events: Vec<String>,
-    /// Shared signing secret.
-    pub secret: String,
-}
-
-/// Per-invocation limits a component asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ManifestLimits {
-    /// Linear memory, in MiB.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory_mib: Option<u32>,
-    /// CPU budget, in fuel units.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fuel: Option<u64>,
-    /// Wall-clock bound, in milliseconds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout_ms: Option<u32>,
-    /// Host function calls per invocation.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub host_calls: Option<u32>,
-    /// Log bytes per invocation.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub log_bytes: Option<u32>,
-}
-
-/// A plugin as published by the operator.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct Plugin {
-    /// The manifest's name.
-    pub name: String,
-    /// The current (latest published) version.
-    pub version: String,
-    /// The manifest of the current version.
-    pub manifest: Manifest,
-    /// When the current version was published.
-    #[serde(with = "crate::clock::api_ts")]
-    #[schema(value_type = String)]
-    pub published_at: Timestamp,
-    /// The keys of the current version's message templates.
-    #[serde(default)]
-    pub templates: Vec<String>,
-    /// The WebAssembly component of this version, when the plugin runs inside the host; none for
-    /// an external (HTTP-only) plugin.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub component: Option<crate::plugins::ComponentInfo>,
-}
-
-impl Plugin {
-    /// Key of a plugin's current version.
-    pub fn key(name: &str) -> String {
-        format!("plugin/{name}")
-    }
-
-    /// Key of one published version of a plugin (installations run the version they installed).
-    pub fn version_key(name: &str, version: &str) -> String {
-        format!("plugin-version/{name}/{version}")
-    }
-
-    /// The manifest's scopes, parsed (validated at publish).
-    pub fn scopes(&self) -> BTreeSet<Scope> {
-        self.manifest
-            .scopes
-            .iter()
-            .filter_map(|s| s.parse().ok())
-            .collect()
-    }
-}
+use crate::model::error::{Error, Result};
+use crate::model::scopes::{EventType, Scope};
+use crate::service::notifications::templates::{TemplateSource, validate_templates};
+use crate::service::pagination::{Listing, Page, PageRequest};
 
 fn parse_version(v: &str) -> Option<(u64, u64, u64)> {
     let mut parts = v.split('.').map(|p| {
@@ -169,72 +59,6 @@ pub fn parse_events(field: &str, events: &[String]) -> Result<Vec<EventType>> {
         .collect()
 }
 
-impl Manifest {
-    /// Checks every field, naming the first offending one (`manifest.scopes[1]`).
-    pub fn validate(&self, at: &str) -> Result<()> {
-        let field = |name: &str| format!("{at}.{name}");
-        let name_ok = (2..=64).contains(&self.name.len())
-            && self.name.starts_with(|c: char| c.is_ascii_lowercase())
-            && self
-                .name
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-        if !name_ok {
-            return Err(Error::invalid(
-                field("name"),
-                "must be 2 to 64 lower-case letters, digits or `-`, starting with a letter",
-            ));
-        }
-        if parse_version(&self.version).is_none() {
-            return Err(Error::invalid(
-                field("version"),
-                format!(
-                    "`{}` is not a version of the form MAJOR.MINOR.PATCH",
-                    self.version
-                ),
-            ));
-        }
-        let mut seen = BTreeSet::new();
-        for (i, scope) in self.scopes.iter().enumerate() {
-            let parsed: Scope = scope
-                .parse()
-                .map_err(|msg: String| Error::invalid(format!("{at}.scopes[{i}]"), msg))?;
-            if !seen.insert(parsed) {
-                return Err(Error::invalid(
-                    format!("{at}.scopes[{i}]"),
-                    format!("`{scope}` is listed twice"),
-                ));
-            }
-        }
-        validate_email(&field("contact_email"), &self.contact_email)?;
-        super::webhooks::validate_manifest_webhooks(at, self)?;
-        if !self.events.is_empty() {
-            let events = parse_events(&field("events"), &self.events)?;
-            for (i, event) in events.iter().enumerate() {
-                if let Some(scope) = event.required_scope()
-                    && !self.scopes.iter().any(|s| s == scope.as_str())
-                {
-                    return Err(Error::invalid(
-                        format!("{at}.events[{i}]"),
-                        format!(
-                            "receiving `{event}` needs the `{scope}` scope; add it to `scopes`"
-                        ),
-                    ));
-                }
-            }
-        }
-        if let Some(description) = &self.description
-            && description.chars().count() > 1000
-        {
-            return Err(Error::invalid(
-                field("description"),
-                "must be at most 1000 characters",
-            ));
-        }
-        Ok(())
-    }
-}
-
 fn version_is_newer(manifest: &Manifest, current: &Plugin) -> Result<()> {
     if parse_version(&manifest.version) > parse_version(&current.version) {
         return Ok(());
@@ -256,7 +80,7 @@ impl Service {
         &self,
         manifest: Manifest,
         templates: &BTreeMap<String, TemplateSource>,
-        component: Option<crate::plugins::ComponentInfo>,
+        component: Option<crate::model::plugin::ComponentInfo>,
     ) -> Result<Plugin> {
         self.check_publishable(&manifest, templates, component.is_some())?;
         let now = self.now();
@@ -325,6 +149,72 @@ impl Service {
             newest_first: false,
         }
         .page(&self.db, &self.cursors, page, |_| true)
+    }
+}
+
+impl Manifest {
+    /// Checks every field, naming the first offending one (`manifest.scopes[1]`).
+    pub fn validate(&self, at: &str) -> Result<()> {
+        let field = |name: &str| format!("{at}.{name}");
+        let name_ok = (2..=64).contains(&self.name.len())
+            && self.name.starts_with(|c: char| c.is_ascii_lowercase())
+            && self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+        if !name_ok {
+            return Err(Error::invalid(
+                field("name"),
+                "must be 2 to 64 lower-case letters, digits or `-`, starting with a letter",
+            ));
+        }
+        if parse_version(&self.version).is_none() {
+            return Err(Error::invalid(
+                field("version"),
+                format!(
+                    "`{}` is not a version of the form MAJOR.MINOR.PATCH",
+                    self.version
+                ),
+            ));
+        }
+        let mut seen = BTreeSet::new();
+        for (i, scope) in self.scopes.iter().enumerate() {
+            let parsed: Scope = scope
+                .parse()
+                .map_err(|msg: String| Error::invalid(format!("{at}.scopes[{i}]"), msg))?;
+            if !seen.insert(parsed) {
+                return Err(Error::invalid(
+                    format!("{at}.scopes[{i}]"),
+                    format!("`{scope}` is listed twice"),
+                ));
+            }
+        }
+        validate_email(&field("contact_email"), &self.contact_email)?;
+        crate::service::webhooks::validate_manifest_webhooks(at, self)?;
+        if !self.events.is_empty() {
+            let events = parse_events(&field("events"), &self.events)?;
+            for (i, event) in events.iter().enumerate() {
+                if let Some(scope) = event.required_scope()
+                    && !self.scopes.iter().any(|s| s == scope.as_str())
+                {
+                    return Err(Error::invalid(
+                        format!("{at}.events[{i}]"),
+                        format!(
+                            "receiving `{event}` needs the `{scope}` scope; add it to `scopes`"
+                        ),
+                    ));
+                }
+            }
+        }
+        if let Some(description) = &self.description
+            && description.chars().count() > 1000
+        {
+            return Err(Error::invalid(
+                field("description"),
+                "must be at most 1000 characters",
+            ));
+        }
+        Ok(())
     }
 }
 

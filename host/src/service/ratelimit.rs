@@ -14,77 +14,15 @@
 //! [`AuthFailureLimiter`] limits, per client address, the requests that fail authentication,
 //! with the same token bucket.
 
+use crate::model::store::RateLimits;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Mutex;
 
 use jiff::Timestamp;
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
-use crate::error::{Error, Result};
-use crate::ids::StoreId;
-
-/// The rate limits of one store, set by the operator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RateLimits {
-    /// Sustained requests per second (refill rate of the burst bucket).
-    #[serde(default = "default_per_second")]
-    pub requests_per_second: u32,
-    /// Requests that may arrive at once (size of the burst bucket).
-    #[serde(default = "default_burst")]
-    pub burst: u32,
-    /// Requests per UTC calendar minute.
-    #[serde(default = "default_per_minute")]
-    pub requests_per_minute: u32,
-}
-
-fn default_per_second() -> u32 {
-    60
-}
-fn default_burst() -> u32 {
-    120
-}
-fn default_per_minute() -> u32 {
-    600
-}
-
-impl Default for RateLimits {
-    fn default() -> Self {
-        Self {
-            requests_per_second: default_per_second(),
-            burst: default_burst(),
-            requests_per_minute: default_per_minute(),
-        }
-    }
-}
-
-impl RateLimits {
-    /// Checks that the limits make sense.
-    pub fn validate(&self, field: &str) -> Result<()> {
-        let positive = [
-            ("requests_per_second", self.requests_per_second),
-            ("burst", self.burst),
-            ("requests_per_minute", self.requests_per_minute),
-        ];
-        for (name, value) in positive {
-            if value == 0 {
-                return Err(Error::invalid(
-                    format!("{field}.{name}"),
-                    "must be at least 1",
-                ));
-            }
-        }
-        if self.burst < self.requests_per_second {
-            return Err(Error::invalid(
-                format!("{field}.burst"),
-                "must be at least requests_per_second",
-            ));
-        }
-        Ok(())
-    }
-}
+use crate::model::error::{Error, Result};
+use crate::model::ids::StoreId;
 
 /// What the limiter says about an admitted request: the values of the `X-RateLimit-*` headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

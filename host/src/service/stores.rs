@@ -1,138 +1,21 @@
 //! Stores and the plugins installed into them.
 
-use jiff::Timestamp;
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use crate::model::store::Installation;
+use crate::model::store::InstallationStatus;
+use crate::model::store::MAX_SETTINGS_BYTES;
+use crate::model::store::NewInstallation;
+use crate::model::store::Store;
+use crate::model::store::empty_settings;
 
 use super::Service;
-use super::auth::{TokenRecord, hash_token, new_token, token_key};
-use super::events::StoreRef;
-use super::pagination::{Listing, Page, PageRequest};
-use super::plugins::Plugin;
-use super::ratelimit::RateLimits;
-use super::scopes::{EventType, Scope};
-use crate::error::{Error, Result};
-use crate::ids::{InstallationId, StoreId};
-use crate::outbound::quota::Quotas;
-
-/// A merchant store.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct Store {
-    /// Store id (`store_…`).
-    pub id: StoreId,
-    /// The store's domain, unique on this host.
-    pub domain: String,
-    /// When the store was created.
-    #[serde(with = "crate::clock::api_ts")]
-    #[schema(value_type = String)]
-    pub created_at: Timestamp,
-    /// Inbound API rate limits, shared by every installation of the store.
-    pub rate_limits: RateLimits,
-    /// Outbound messages per UTC day and channel (stores created before quotas get the defaults).
-    #[serde(default)]
-    pub quotas: Quotas,
-}
-
-impl Store {
-    /// Key of a store record.
-    pub fn key(id: &StoreId) -> String {
-        format!("store/{id}")
-    }
-
-    /// The `{id, domain}` pair used in event envelopes.
-    pub fn reference(&self) -> StoreRef {
-        StoreRef {
-            id: self.id.clone(),
-            domain: self.domain.clone(),
-        }
-    }
-}
-
-/// Whether an installation is in use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum InstallationStatus {
-    /// Installed; its token works.
-    Active,
-    /// Removed by the merchant; its token is revoked.
-    Uninstalled,
-}
-
-/// A plugin installed into a store.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct Installation {
-    /// Installation id (`inst_…`).
-    pub id: InstallationId,
-    /// The store.
-    pub store_id: StoreId,
-    /// The plugin's name.
-    pub plugin: String,
-    /// The plugin version installed.
-    pub version: String,
-    /// Exactly the manifest's scopes.
-    pub scopes: Vec<Scope>,
-    /// Active or uninstalled.
-    pub status: InstallationStatus,
-    /// When it was installed.
-    #[serde(with = "crate::clock::api_ts")]
-    #[schema(value_type = String)]
-    pub created_at: Timestamp,
-    /// When it was uninstalled.
-    #[serde(
-        default,
-        with = "crate::clock::api_ts::option",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[schema(value_type = Option<String>)]
-    pub uninstalled_at: Option<Timestamp>,
-    /// For a plugin with a component: the events its component receives.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub component_events: Vec<EventType>,
-    /// When deliveries to the component were paused (its retries ran out); none while active.
-    #[serde(
-        default,
-        with = "crate::clock::api_ts::option",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[schema(value_type = Option<String>)]
-    pub component_paused_at: Option<Timestamp>,
-    /// Why deliveries to the component were paused.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub component_pause_reason: Option<String>,
-    /// The merchant's settings for this plugin (a JSON object; `{}` until configured).
-    #[serde(default = "empty_settings")]
-    #[schema(value_type = Object)]
-    pub settings: serde_json::Value,
-}
-
-fn empty_settings() -> serde_json::Value {
-    serde_json::Value::Object(serde_json::Map::new())
-}
-
-/// The largest settings object accepted, in bytes of JSON.
-pub const MAX_SETTINGS_BYTES: usize = 64 * 1024;
-
-impl Installation {
-    /// Key of an installation record.
-    pub fn key(store: &StoreId, id: &InstallationId) -> String {
-        format!("inst/{store}/{id}")
-    }
-
-    /// Key of the index from a plugin name to its active installation in a store.
-    pub fn by_plugin_key(store: &StoreId, plugin: &str) -> String {
-        format!("inst-by-plugin/{store}/{plugin}")
-    }
-}
-
-/// A new installation and its token, which is shown only this once.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct NewInstallation {
-    /// The installation.
-    #[serde(flatten)]
-    pub installation: Installation,
-    /// The project token (`chp_…`): keep it secret; it is not stored and cannot be shown again.
-    pub token: String,
-}
+use crate::model::error::{Error, Result};
+use crate::model::ids::{InstallationId, StoreId};
+use crate::model::plugin::Plugin;
+use crate::model::scopes::EventType;
+use crate::model::store::Quotas;
+use crate::model::store::RateLimits;
+use crate::service::auth::{TokenRecord, hash_token, new_token, token_key};
+use crate::service::pagination::{Listing, Page, PageRequest};
 
 fn validate_domain(domain: &str) -> Result<()> {
     let labels_ok = domain.split('.').all(|label| {
@@ -271,7 +154,7 @@ impl Service {
                     installation_id: installation.id.clone(),
                 },
             )?;
-            super::webhooks::create_manifest_webhooks(
+            crate::service::webhooks::create_manifest_webhooks(
                 tx,
                 &installation,
                 &plugin.manifest.webhooks,
@@ -329,7 +212,7 @@ impl Service {
             installation.uninstalled_at = Some(now);
             tx.write(&key, &installation)?;
             tx.remove(&Installation::by_plugin_key(store_id, &installation.plugin))?;
-            super::webhooks::remove_installation_webhooks(tx, store_id, id)?;
+            crate::service::webhooks::remove_installation_webhooks(tx, store_id, id)?;
             tx.emit(
                 &store.reference(),
                 EventType::PluginUninstalled,

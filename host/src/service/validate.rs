@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::error::{Error, Result};
+use crate::model::error::{Error, Result};
 
 /// Checks that a text has between `min` and `max` characters (after trimming).
 pub fn text(field: &str, value: &str, min: usize, max: usize) -> Result<()> {
@@ -46,9 +46,9 @@ pub fn currency(field: &str, code: &str) -> Result<()> {
     }
 }
 
-/// Checks a price or amount in minor units: from 1 to [`super::money::MAX_AMOUNT`].
+/// Checks a price or amount in minor units: from 1 to [`crate::model::money::MAX_AMOUNT`].
 pub fn positive_amount(field: &str, amount: i64) -> Result<()> {
-    super::money::Money::positive(field, amount).map(|_| ())
+    crate::model::money::Money::positive(field, amount).map(|_| ())
 }
 
 /// Checks a list of tags: at most 50, each 1 to 64 characters, no commas.
@@ -134,4 +134,4 @@ pub fn http_url(field: &str, url: &str) -> Result<()> {
     }
 }
 
-pub use super::plugins::validate_email as email;
+pub use crate::service::plugins::validate_email as email;

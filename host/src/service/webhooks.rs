@@ -2,219 +2,42 @@
 //! and attempt logs. A subscription belongs to the installation that made it (or whose manifest
 //! declared it): another installation, even in the same store, gets 404.
 
+use crate::model::webhook::DeliveryFilter;
+use crate::model::webhook::MAX_SECRET_BYTES;
+use crate::model::webhook::MAX_URL_BYTES;
+use crate::model::webhook::MAX_WEBHOOKS_PER_INSTALLATION;
+use crate::model::webhook::MIN_SECRET_BYTES;
+use crate::model::webhook::NewWebhook;
+use crate::model::webhook::ReplayRequest;
+use crate::model::webhook::ReplayResult;
+use crate::model::webhook::RotateSecret;
+use crate::model::webhook::SECRET_OVERLAP;
+use crate::model::webhook::SecretRotated;
+use crate::model::webhook::Subscription;
+use crate::model::webhook::TestEventRequest;
+use crate::model::webhook::Webhook;
+use crate::model::webhook::WebhookPatch;
+use crate::model::webhook::WebhookSource;
+use crate::model::webhook::WebhookStatus;
 use std::collections::BTreeSet;
 
 use jiff::Timestamp;
 use reqwest::Url;
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 use super::Service;
-use super::auth::Actor;
-use super::events::{Event, event_key};
-use super::pagination::{Listing, Page, PageRequest};
-use super::plugins::{Manifest, ManifestWebhook, Plugin, parse_events};
-use super::scopes::{EventType, Scope};
-use super::stores::Installation;
-use crate::delivery::records::{
+use crate::model::delivery::{
     Attempt, Delivery, DeliveryStatus, TargetRef, attempts_prefix, deliveries_prefix, delivery_key,
 };
-use crate::error::{Error, Result};
-use crate::ids::{InstallationId, StoreId, WebhookId};
+use crate::model::error::{Error, Result};
+use crate::model::event::{Event, event_key};
+use crate::model::ids::{InstallationId, StoreId, WebhookId};
+use crate::model::plugin::{Manifest, ManifestWebhook, Plugin};
+use crate::model::scopes::{EventType, Scope};
+use crate::model::store::Installation;
+use crate::service::auth::Actor;
+use crate::service::pagination::{Listing, Page, PageRequest};
+use crate::service::plugins::parse_events;
 use crate::storage::Tx;
-
-/// The shortest secret accepted, in bytes (128 bits of a random hex or base64 string).
-pub const MIN_SECRET_BYTES: usize = 16;
-/// The longest secret accepted, in bytes.
-pub const MAX_SECRET_BYTES: usize = 256;
-/// The longest URL accepted.
-pub const MAX_URL_BYTES: usize = 2048;
-/// Subscriptions per installation.
-pub const MAX_WEBHOOKS_PER_INSTALLATION: usize = 50;
-
-/// Whether a subscription receives events.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum WebhookStatus {
-    /// Receives its events.
-    Active,
-    /// Paused after the retries of a delivery ran out; its events are recorded as failed
-    /// deliveries until it is resumed.
-    Paused,
-}
-
-/// Where a subscription came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum WebhookSource {
-    /// `POST /v1/webhooks`.
-    Api,
-    /// The plugin manifest's `webhooks`, created at install.
-    Manifest,
-}
-
-/// A subscription as stored (with its secret).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Subscription {
-    /// Subscription id (`wh_…`).
-    pub id: WebhookId,
-    /// The store.
-    pub store_id: StoreId,
-    /// The installation that owns it.
-    pub installation_id: InstallationId,
-    /// Where events are POSTed.
-    pub url: String,
-    /// The events it receives.
-    pub events: Vec<EventType>,
-    /// The signing secret.
-    pub secret: String,
-    /// Active or paused.
-    pub status: WebhookStatus,
-    /// API or manifest.
-    pub source: WebhookSource,
-    /// Creation time.
-    pub created_at: Timestamp,
-    /// Last change.
-    pub updated_at: Timestamp,
-    /// When it was paused.
-    pub paused_at: Option<Timestamp>,
-    /// Why it was paused.
-    pub pause_reason: Option<String>,
-    /// The secret replaced by the last rotation, which also signs deliveries until
-    /// `previous_secret_until`.
-    #[serde(default)]
-    pub previous_secret: Option<String>,
-    /// When the previous secret stops signing (24 hours after the rotation).
-    #[serde(default)]
-    pub previous_secret_until: Option<Timestamp>,
-}
-
-/// How long the replaced secret keeps signing deliveries after a rotation.
-pub const SECRET_OVERLAP: jiff::SignedDuration = jiff::SignedDuration::from_hours(24);
-
-impl Subscription {
-    /// The previous secret, if it still signs at `at` (within 24 hours of the rotation).
-    pub fn previous_secret_at(&self, at: Timestamp) -> Option<&str> {
-        match (&self.previous_secret, self.previous_secret_until) {
-            (Some(secret), Some(until)) if at < until => Some(secret),
-            _ => None,
-        }
-    }
-
-    /// Key of a subscription.
-    pub fn key(store: &StoreId, id: &WebhookId) -> String {
-        format!("wh/{store}/{id}")
-    }
-
-    /// Prefix of a store's subscriptions.
-    pub fn store_prefix(store: &StoreId) -> String {
-        format!("wh/{store}/")
-    }
-
-    fn by_installation_key(store: &StoreId, installation: &InstallationId) -> String {
-        format!("wh-inst/{store}/{installation}")
-    }
-
-    /// The delivery target it is.
-    pub fn target(&self) -> TargetRef {
-        TargetRef::Webhook(self.id.clone())
-    }
-
-    /// The API's view: everything but the secret.
-    pub fn view(&self) -> Webhook {
-        Webhook {
-            id: self.id.clone(),
-            installation_id: self.installation_id.clone(),
-            url: self.url.clone(),
-            events: self.events.clone(),
-            status: self.status,
-            source: self.source,
-            created_at: self.created_at,
-            updated_at: self.updated_at,
-            paused_at: self.paused_at,
-            pause_reason: self.pause_reason.clone(),
-        }
-    }
-}
-
-/// A webhook subscription. The secret is write-only: the subscriber chose it, and it is never
-/// sent back.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct Webhook {
-    /// Subscription id (`wh_…`).
-    pub id: WebhookId,
-    /// The installation that owns it.
-    pub installation_id: InstallationId,
-    /// Where events are POSTed.
-    #[schema(example = "https://plugin.example/hooks")]
-    pub url: String,
-    /// The events it receives.
-    pub events: Vec<EventType>,
-    /// `active`, or `paused` after the retries of a delivery ran out.
-    pub status: WebhookStatus,
-    /// `api` or `manifest`.
-    pub source: WebhookSource,
-    /// Creation time.
-    #[serde(with = "crate::clock::api_ts")]
-    #[schema(value_type = String)]
-    pub created_at: Timestamp,
-    /// Last change.
-    #[serde(with = "crate::clock::api_ts")]
-    #[schema(value_type = String)]
-    pub updated_at: Timestamp,
-    /// When it was paused (null while active).
-    #[serde(with = "crate::clock::api_ts::option")]
-    #[schema(value_type = Option<String>)]
-    pub paused_at: Option<Timestamp>,
-    /// Why it was paused (null while active).
-    pub pause_reason: Option<String>,
-}
-
-/// Body of `POST /v1/webhooks`.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct NewWebhook {
-    /// An `http` or `https` URL whose host resolves to public addresses.
-    #[schema(example = "https://plugin.example/hooks")]
-    pub url: String,
-    /// Event names; each needs the read scope of its resource (`order.*`: `orders.read`).
-    #[schema(example = json!(["order.paid"]))]
-    pub events: Vec<String>,
-    /// Signing secret, 16 to 256 bytes.
-    #[schema(example = "whsec-3f9a1c2e8b7d4f60")]
-    pub secret: String,
-}
-
-/// Body of `POST /v1/webhooks/{id}/test`.
-#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct TestEventRequest {
-    /// One of the subscription's events; default: its first.
-    #[schema(example = "order.paid")]
-    #[serde(default)]
-    pub event_type: Option<String>,
-}
-
-/// Body of `POST /v1/webhooks/{id}/rotate-secret`.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RotateSecret {
-    /// The new signing secret, 16 to 256 bytes, different from the current one.
-    #[schema(example = "whsec-7c1d9e4f2a6b8053")]
-    pub secret: String,
-}
-
-/// Answer of `POST /v1/webhooks/{id}/rotate-secret`.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct SecretRotated {
-    /// The subscription.
-    pub webhook: Webhook,
-    /// Until when deliveries also carry `X-Service-Signature-Previous` (the old secret's
-    /// signature): 24 hours from the rotation.
-    #[serde(with = "crate::clock::api_ts")]
-    #[schema(value_type = String)]
-    pub previous_secret_expires_at: Timestamp,
-}
 
 /// Example `data` of a test event, in the documented shape of its type.
 pub fn example_data(
@@ -222,9 +45,9 @@ pub fn example_data(
     installation: &InstallationId,
     now: Timestamp,
 ) -> serde_json::Value {
-    use crate::ids::{CustomerId, FulfillmentId, OrderId, ProductId, RefundId, VariantId};
+    use crate::model::ids::{CustomerId, FulfillmentId, OrderId, ProductId, RefundId, VariantId};
     use serde_json::json;
-    let ts = crate::clock::format_ts(now);
+    let ts = crate::model::clock::format_ts(now);
     let order_id = OrderId::generate(now);
     let customer_id = CustomerId::generate(now);
     let product_id = ProductId::generate(now);
@@ -290,49 +113,6 @@ pub fn example_data(
             json!({ "installation": installation })
         }
     }
-}
-
-/// Body of `PATCH /v1/webhooks/{id}`: the fields to change.
-#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct WebhookPatch {
-    /// A new URL.
-    pub url: Option<String>,
-    /// A new list of events (replaces the old one).
-    pub events: Option<Vec<String>>,
-    /// A new secret (rotation: deliveries sign with it from the next attempt on).
-    pub secret: Option<String>,
-}
-
-/// Body of `POST /v1/webhooks/{id}/replay`: exactly one of the two fields.
-#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ReplayRequest {
-    /// Re-send this one failed event.
-    #[schema(value_type = Option<String>, example = "evt_01jd4z7k8m3n5p6q7r8s9t0v1w")]
-    pub event_id: Option<String>,
-    /// Re-send every failed event that happened at or after this time (RFC 3339).
-    #[schema(value_type = Option<String>, example = "2026-01-05T00:00:00Z")]
-    pub since: Option<String>,
-}
-
-/// Response of `POST /v1/webhooks/{id}/replay`.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct ReplayResult {
-    /// How many failed deliveries were queued again.
-    pub requeued: usize,
-}
-
-/// Query of `GET /v1/webhooks/{id}/deliveries`.
-#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct DeliveryFilter {
-    /// Only deliveries in this state: `pending`, `succeeded` or `failed`.
-    pub status: Option<String>,
-    /// Items per page, 1 to 250; 50 when absent.
-    pub limit: Option<String>,
-    /// The `next_cursor` of the previous page.
-    pub cursor: Option<String>,
 }
 
 /// Checks a webhook URL's form: `http` or `https`, with a host, at most 2048 bytes.
@@ -760,7 +540,7 @@ impl Service {
             requeued += self.db.tx(|tx| {
                 let mut n = 0;
                 for key in chunk {
-                    if crate::delivery::queue::requeue(tx, key, now, |s| {
+                    if crate::service::deliveries::queue::requeue(tx, key, now, |s| {
                         s != DeliveryStatus::Succeeded
                     })? {
                         n += 1;
@@ -812,7 +592,7 @@ impl Service {
         };
         let now = self.now();
         let event = Event {
-            id: crate::ids::EventId::generate(now),
+            id: crate::model::ids::EventId::generate(now),
             kind,
             created_at: now,
             store: actor.store.clone(),
@@ -820,7 +600,7 @@ impl Service {
         };
         let target = sub.target();
         self.db
-            .tx(|tx| crate::delivery::queue::enqueue_test(tx, &event, &target, now))
+            .tx(|tx| crate::service::deliveries::queue::enqueue_test(tx, &event, &target, now))
     }
 
     /// Attempts one delivery (named by its event) again at once, with a fresh retry schedule,
@@ -828,7 +608,7 @@ impl Service {
     /// now (not duplicated).
     pub fn resend(&self, actor: &Actor, id: &WebhookId, event: &str) -> Result<Delivery> {
         let sub = self.own_subscription(actor, id)?;
-        let event: crate::ids::EventId = event
+        let event: crate::model::ids::EventId = event
             .parse()
             .map_err(|_| Error::invalid("event_id", "must be an event id (`evt_…`)"))?;
         if sub.status == WebhookStatus::Paused {
@@ -837,7 +617,7 @@ impl Service {
         let key = delivery_key(&sub.store_id, &sub.target(), &event);
         let now = self.now();
         self.db.tx(|tx| {
-            if !crate::delivery::queue::requeue(tx, &key, now, |_| true)? {
+            if !crate::service::deliveries::queue::requeue(tx, &key, now, |_| true)? {
                 return Err(Error::not_found("event", &event));
             }
             tx.read::<Delivery>(&key)?
@@ -942,7 +722,11 @@ impl Service {
     }
 
     /// The event a delivery carries, if it has not expired.
-    pub fn stored_event(&self, store: &StoreId, id: &crate::ids::EventId) -> Result<Option<Event>> {
+    pub fn stored_event(
+        &self,
+        store: &StoreId,
+        id: &crate::model::ids::EventId,
+    ) -> Result<Option<Event>> {
         self.db.read(&event_key(store, id))
     }
 }

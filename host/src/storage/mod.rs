@@ -12,7 +12,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::error::{Error, Result};
+use crate::model::error::{Error, Result};
 
 pub use sled_store::SledStorage;
 
@@ -205,7 +205,7 @@ mod tests {
     fn temp_db() -> (Db, std::path::PathBuf) {
         let dir = std::env::temp_dir().join(format!(
             "ch-storage-{}",
-            crate::ids::new_id_body(jiff::Timestamp::now())
+            crate::model::ids::new_id_body(jiff::Timestamp::now())
         ));
         (Db::open_sled(&dir, false).expect("open"), dir)
     }

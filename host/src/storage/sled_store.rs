@@ -9,7 +9,7 @@ use sled::transaction::{
 };
 
 use super::{Entry, Storage, Txn};
-use crate::error::{Error, Result};
+use crate::model::error::{Error, Result};
 
 /// Storage in a sled database on local disk.
 #[derive(Debug, Clone)]

@@ -12,7 +12,7 @@
 //! character (browsers drop tabs and line breaks from URLs, so `/\t/evil.example` would become
 //! `//evil.example`).
 
-use crate::error::{Error, Result};
+use crate::model::error::{Error, Result};
 use crate::service::validate;
 
 /// The longest link.

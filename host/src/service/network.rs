@@ -1,8 +1,8 @@
 //! Which addresses webhooks may go to (SSRF protection).
 //!
 //! A webhook URL is resolved when it is subscribed and again at every delivery: the check before
-//! sending gives a clear error, and the HTTP client resolves names only through
-//! [`PolicyResolver`], which drops refused addresses, so a name that changes its answer between
+//! sending gives a clear error, and the HTTP client resolves names only through the
+//! delivery engine's resolver, which drops refused addresses, so a name that changes its answer between
 //! the check and the connection (DNS rebinding) still cannot reach an internal address.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -245,34 +245,6 @@ fn classify_v6(ip: Ipv6Addr) -> V6Class {
         V6Class::Global
     } else {
         V6Class::NotGlobal("not a global unicast address (outside 2000::/3)")
-    }
-}
-
-/// The HTTP client's resolver: names resolve only to allowed addresses.
-#[derive(Debug, Clone)]
-pub struct PolicyResolver {
-    /// The policy applied to every answer.
-    pub policy: NetworkPolicy,
-}
-
-impl reqwest::dns::Resolve for PolicyResolver {
-    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let policy = self.policy.clone();
-        Box::pin(async move {
-            let host = name.as_str().to_owned();
-            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
-                .await?
-                .filter(|a| policy.refuses(a.ip()).is_none())
-                .collect();
-            if addrs.is_empty() {
-                let refusal = Refusal::Unresolvable {
-                    host,
-                    reason: "no allowed address".to_owned(),
-                };
-                return Err(Box::new(refusal) as Box<dyn std::error::Error + Send + Sync>);
-            }
-            Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
-        })
     }
 }
 

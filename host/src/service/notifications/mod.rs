@@ -13,14 +13,13 @@
 //!   transaction;
 //! - [`dashboard`]: what the merchant sees (banners, feed cards) and the operator's message lists;
 //! - [`senders`]: the merchant's connected senders (SMTP, HTTP providers);
-//! - [`failure`]: why a send failed, for the plugin (a category) and the operator (details);
-//! - [`worker`]: sends queued messages after the request returned, with retries;
+//! - [`queue`]: claiming queued messages and recording each attempt's outcome (the sending
+//!   itself is the delivery engine's, `crate::delivery::messages`);
 //! - [`retention`]: what housekeeping purges, and when.
 
 pub mod dashboard;
-pub mod failure;
+pub mod queue;
 pub mod quota;
-pub mod records;
 pub mod render;
 pub mod request;
 pub mod retention;
@@ -28,7 +27,5 @@ pub mod send;
 pub mod senders;
 pub mod templates;
 pub mod text;
-pub mod worker;
 
-pub use records::{Channel, Message, MessageStatus, Notification, NotificationAccepted};
 pub use request::NotificationRequest;

@@ -43,7 +43,7 @@ macro_rules! prefixed_id {
 
             /// A new, unique id whose order follows `now`.
             pub fn generate(now: jiff::Timestamp) -> Self {
-                Self(format!(concat!($prefix, "_{}"), $crate::ids::new_id_body(now)))
+                Self(format!(concat!($prefix, "_{}"), $crate::model::ids::new_id_body(now)))
             }
 
             /// The id as text, prefix included.
@@ -172,3 +172,12 @@ prefixed_id!(
     /// An email the host sent (or queued for the operator) itself.
     MailId, "mail"
 );
+
+/// Parses a path id of type `T`; a malformed id is simply not found.
+pub fn path_id<T: std::str::FromStr>(
+    resource: &'static str,
+    raw: &str,
+) -> Result<T, crate::model::error::Error> {
+    raw.parse()
+        .map_err(|_| crate::model::error::Error::not_found(resource, raw))
+}

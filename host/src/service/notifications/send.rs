@@ -3,22 +3,23 @@
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::quota::{ActiveBanner, QuotaState};
-use super::records::{
-    Banner, Channel, FeedCard, Message, MessageStatus, Notification, NotificationAccepted,
-};
+use super::queue::queue_key;
 use super::request::{
     BannerInput, DEFAULT_TTL_HOURS, FeedCardInput, MessageInput, NotificationRequest, Outgoing,
     Recipient,
 };
 use super::senders::Sender;
 use super::templates;
-use super::worker::queue_key;
-use crate::error::{Error, Result};
-use crate::ids::{MessageId, StoreId};
 use crate::metrics::NotificationOutcome;
-use crate::service::customers::Customer;
-use crate::service::stores::{Installation, Store};
+use crate::model::customer::Customer;
+use crate::model::error::{Error, Result};
+use crate::model::ids::{MessageId, StoreId};
+use crate::model::message::QuotaState;
+use crate::model::message::{
+    Banner, Channel, FeedCard, Message, MessageStatus, Notification, NotificationAccepted,
+};
+use crate::model::store::{Installation, Store};
+use crate::service::notifications::quota::ActiveBanner;
 use crate::service::{Actor, Service};
 use crate::storage::Tx;
 

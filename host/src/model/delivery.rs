@@ -11,8 +11,8 @@ use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::ids::{AttemptId, DeliveryId, EventId, InstallationId, StoreId, WebhookId};
-use crate::service::scopes::EventType;
+use crate::model::ids::{AttemptId, DeliveryId, EventId, InstallationId, StoreId, WebhookId};
+use crate::model::scopes::EventType;
 
 /// The retries after a failed attempt, each counted from the failure before it.
 pub const RETRY_SCHEDULE: [SignedDuration; 6] = [
@@ -29,7 +29,7 @@ pub const RESPONSE_EXCERPT_BYTES: usize = 1024;
 
 /// How long events, their deliveries and attempts are kept.
 pub const RETENTION: SignedDuration =
-    SignedDuration::from_hours(24 * crate::service::events::EVENT_RETENTION_DAYS);
+    SignedDuration::from_hours(24 * crate::model::event::EVENT_RETENTION_DAYS);
 
 /// Where a delivery goes: a webhook URL, or an installed component. The queue, retries,
 /// pausing and replay are the same for both.
@@ -78,7 +78,7 @@ pub struct Delivery {
     /// The event's type.
     pub event_type: EventType,
     /// When the event happened.
-    #[serde(with = "crate::clock::api_ts")]
+    #[serde(with = "crate::model::clock::api_ts")]
     #[schema(value_type = String)]
     pub event_created_at: Timestamp,
     /// Pending, succeeded or failed.
@@ -88,7 +88,7 @@ pub struct Delivery {
     /// Retries used of the current schedule (0 to 6).
     pub retries: u32,
     /// When the next attempt is due, while pending.
-    #[serde(default, with = "crate::clock::api_ts::option")]
+    #[serde(default, with = "crate::model::clock::api_ts::option")]
     #[schema(value_type = Option<String>)]
     pub next_attempt_at: Option<Timestamp>,
     /// Why it failed, when it did.
@@ -112,7 +112,7 @@ pub struct Delivery {
 
 impl Delivery {
     /// A pending delivery of `event` to `target`, not yet queued.
-    pub fn new(event: &crate::service::events::Event, target: &TargetRef, now: Timestamp) -> Self {
+    pub fn new(event: &crate::model::event::Event, target: &TargetRef, now: Timestamp) -> Self {
         Self {
             id: DeliveryId::generate(now),
             store_id: event.store.id.clone(),
@@ -166,7 +166,7 @@ pub struct Attempt {
     /// The event's type.
     pub event_type: EventType,
     /// When the attempt started.
-    #[serde(with = "crate::clock::api_ts")]
+    #[serde(with = "crate::model::clock::api_ts")]
     #[schema(value_type = String)]
     pub attempted_at: Timestamp,
     /// 0 for the first attempt of a schedule, then 1 to 6 for the retries.
@@ -183,7 +183,7 @@ pub struct Attempt {
     pub response_body: Option<String>,
     /// For a component: the lines it logged during the attempt.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub logs: Vec<crate::plugins::state::LogLine>,
+    pub logs: Vec<crate::model::log::LogLine>,
 }
 
 /// What is purged when an event expires.
@@ -259,4 +259,47 @@ pub fn expiry_key(at: Timestamp, store: &StoreId, event: &EventId) -> String {
 /// The expiry time (ms) of an expiry key.
 pub fn expiry_ms_of(key: &str) -> Option<u64> {
     key.strip_prefix(EXPIRY_PREFIX)?.get(..20)?.parse().ok()
+}
+
+/// What one attempt came to.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// When it started (the injected clock).
+    pub started: Timestamp,
+    /// A 2xx within the timeout.
+    pub succeeded: bool,
+    /// The receiver's status, when it answered.
+    pub status_code: Option<u16>,
+    /// What went wrong without a status.
+    pub error: Option<String>,
+    /// Wall time taken, in milliseconds.
+    pub duration_ms: u64,
+    /// The start of the response body.
+    pub response_body: Option<String>,
+    /// For a component: the lines it logged.
+    pub logs: Vec<crate::model::log::LogLine>,
+}
+
+impl Outcome {
+    /// A failure before anything was sent.
+    pub fn unsent(started: Timestamp, error: String) -> Self {
+        Self {
+            started,
+            succeeded: false,
+            status_code: None,
+            error: Some(error),
+            duration_ms: 0,
+            response_body: None,
+            logs: Vec::new(),
+        }
+    }
+
+    /// One line about it, for a pause reason.
+    pub fn summary(&self) -> String {
+        match (&self.status_code, &self.error) {
+            (Some(code), _) => format!("HTTP {code}"),
+            (None, Some(error)) => error.clone(),
+            (None, None) => "no answer".to_owned(),
+        }
+    }
 }

@@ -5,9 +5,9 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::records::Channel;
-use crate::error::{Error, Result};
-use crate::ids::StoreId;
+use crate::model::error::{Error, Result};
+use crate::model::ids::StoreId;
+use crate::model::message::Channel;
 use crate::service::Service;
 use crate::service::validate;
 
@@ -72,7 +72,7 @@ pub struct Sender {
     /// Its settings, secrets included.
     pub settings: SenderSettings,
     /// When it was set.
-    #[serde(with = "crate::clock::api_ts")]
+    #[serde(with = "crate::model::clock::api_ts")]
     pub updated_at: Timestamp,
 }
 
@@ -107,7 +107,7 @@ pub struct SenderView {
     /// Whether an `auth_token` is set.
     pub auth_token_set: bool,
     /// When it was set.
-    #[serde(with = "crate::clock::api_ts")]
+    #[serde(with = "crate::model::clock::api_ts")]
     #[schema(value_type = String)]
     pub updated_at: Timestamp,
 }

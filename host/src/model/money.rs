@@ -6,7 +6,7 @@
 //! below no product of two bounded values can overflow an `i64` (10¹² × 10⁶ < 9.2 × 10¹⁸), so the
 //! checks are what define the errors, not the machine word.
 
-use crate::error::{Error, Result};
+use crate::model::error::{Error, Result};
 
 /// The largest amount of money anywhere (a price, a line total, an order total, a refund, a
 /// payment): 10¹² minor units (ten billion euros in cents).

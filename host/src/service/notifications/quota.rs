@@ -5,112 +5,19 @@
 //! requests racing for the last slot can never both get it, and a refused message is never
 //! queued.
 
+use crate::model::message::QuotaState;
+use crate::model::store::Quotas;
 use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
-use super::records::Channel;
-use crate::error::{Error, Result};
-use crate::ids::{InstallationId, MessageId, StoreId};
+use crate::model::error::{Error, Result};
+use crate::model::ids::{InstallationId, MessageId, StoreId};
+use crate::model::message::Channel;
 use crate::storage::Tx;
-
-/// The largest daily quota the operator may set.
-pub const MAX_QUOTA: u64 = 1_000_000;
-
-/// The largest number of banners one installation may be allowed to show at once.
-pub const MAX_ACTIVE_BANNERS: u64 = 1000;
 
 /// How long a plugin waits between two feed cards in one store.
 pub const FEED_CARD_INTERVAL: SignedDuration = SignedDuration::from_hours(24);
-
-/// Messages a store may send per UTC day, per channel; banners per day and showing at once. Feed
-/// cards have their own per-plugin rule.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields, default)]
-pub struct Quotas {
-    /// Emails per day (default 200).
-    #[schema(default = 200, maximum = 1_000_000)]
-    pub email: u64,
-    /// SMS per day (default 50).
-    #[schema(default = 50, maximum = 1_000_000)]
-    pub sms: u64,
-    /// WhatsApp messages per day (default 20).
-    #[schema(default = 20, maximum = 1_000_000)]
-    pub whatsapp: u64,
-    /// Push notifications per day (default 1000).
-    #[schema(default = 1000, maximum = 1_000_000)]
-    pub push: u64,
-    /// Banners per day, from all the store's plugins (default 50).
-    #[schema(default = 50, maximum = 1_000_000)]
-    pub banner: u64,
-    /// Banners one installation may have showing at once: not expired, not dismissed (default
-    /// 20).
-    #[schema(default = 20, maximum = 1000)]
-    pub banner_active: u64,
-}
-
-impl Default for Quotas {
-    fn default() -> Self {
-        Self {
-            email: 200,
-            sms: 50,
-            whatsapp: 20,
-            push: 1000,
-            banner: 50,
-            banner_active: 20,
-        }
-    }
-}
-
-impl Quotas {
-    /// Checks every daily quota is within 0 (channel off) and [`MAX_QUOTA`], and
-    /// `banner_active` within 0 and [`MAX_ACTIVE_BANNERS`].
-    pub fn validate(&self, field: &str) -> Result<()> {
-        for channel in Channel::MESSAGES.into_iter().chain([Channel::Banner]) {
-            if self.limit(channel).unwrap_or(0) > MAX_QUOTA {
-                return Err(Error::invalid(
-                    format!("{field}.{channel}"),
-                    format!("must be from 0 to {MAX_QUOTA} per day"),
-                ));
-            }
-        }
-        if self.banner_active > MAX_ACTIVE_BANNERS {
-            return Err(Error::invalid(
-                format!("{field}.banner_active"),
-                format!("must be from 0 to {MAX_ACTIVE_BANNERS} banners"),
-            ));
-        }
-        Ok(())
-    }
-
-    /// The daily quota of a channel; `None` for the feed (one card per plugin per 24 hours).
-    pub fn limit(&self, channel: Channel) -> Option<u64> {
-        match channel {
-            Channel::Email => Some(self.email),
-            Channel::Sms => Some(self.sms),
-            Channel::Whatsapp => Some(self.whatsapp),
-            Channel::Push => Some(self.push),
-            Channel::Banner => Some(self.banner),
-            Channel::Feed => None,
-        }
-    }
-}
-
-/// A channel's quota after a message was counted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct QuotaState {
-    /// Messages allowed per day.
-    pub limit: u64,
-    /// Messages counted today, this one included.
-    pub used: u64,
-    /// Messages left today.
-    pub remaining: u64,
-    /// When the count starts again from zero: the next midnight UTC.
-    #[serde(with = "crate::clock::api_ts")]
-    #[schema(value_type = String, example = "2026-11-23T00:00:00.000Z")]
-    pub resets_at: Timestamp,
-}
 
 /// The UTC day `now` falls in (`2026-01-05`) and when it ends.
 pub fn day_window(now: Timestamp) -> (String, Timestamp) {
@@ -162,7 +69,7 @@ pub struct ActiveBanner {
     /// The banner.
     pub id: MessageId,
     /// When it stops counting, unless it is dismissed before.
-    #[serde(with = "crate::clock::api_ts")]
+    #[serde(with = "crate::model::clock::api_ts")]
     pub expires_at: Timestamp,
 }
 
@@ -290,11 +197,11 @@ mod tests {
 
     #[test]
     fn stores_saved_before_quotas_load_with_the_default_quotas() {
-        let mut record = serde_json::to_value(crate::service::stores::Store {
+        let mut record = serde_json::to_value(crate::model::store::Store {
             id: "store_a".parse().expect("id"),
             domain: "a.example".into(),
             created_at: ts("2026-01-05T00:00:00Z"),
-            rate_limits: crate::service::ratelimit::RateLimits::default(),
+            rate_limits: crate::model::store::RateLimits::default(),
             quotas: Quotas {
                 email: 1,
                 sms: 1,
@@ -306,8 +213,7 @@ mod tests {
         })
         .expect("json");
         record.as_object_mut().expect("object").remove("quotas");
-        let store: crate::service::stores::Store =
-            serde_json::from_value(record).expect("old record");
+        let store: crate::model::store::Store = serde_json::from_value(record).expect("old record");
         assert_eq!(store.quotas, Quotas::default());
     }
 

@@ -15,13 +15,13 @@ use minijinja::{Environment, Value};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::records::{Channel, Rendered};
 use super::render::{self, RenderError};
 use super::text;
-use crate::error::{Error, Result};
-use crate::ids::StoreId;
+use crate::model::error::{Error, Result};
+use crate::model::ids::StoreId;
+use crate::model::message::{Channel, Rendered};
+use crate::model::store::Installation;
 use crate::service::Service;
-use crate::service::stores::Installation;
 use crate::storage::Tx;
 
 /// At most 100 templates per plugin.
@@ -493,7 +493,7 @@ pub struct Override {
     /// The new wording, for some of the template's channels.
     pub wording: Wording,
     /// When it was set.
-    #[serde(with = "crate::clock::api_ts")]
+    #[serde(with = "crate::model::clock::api_ts")]
     pub updated_at: Timestamp,
 }
 
@@ -517,7 +517,7 @@ pub struct TemplateView {
     #[serde(rename = "override")]
     pub override_wording: Option<Wording>,
     /// When the override was set.
-    #[serde(default, with = "crate::clock::api_ts::option")]
+    #[serde(default, with = "crate::model::clock::api_ts::option")]
     #[schema(value_type = Option<String>)]
     pub override_updated_at: Option<Timestamp>,
 }

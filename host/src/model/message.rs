@@ -6,9 +6,9 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::failure::{FailureCategory, UNCATEGORIZED};
-use super::quota::QuotaState;
-use crate::ids::{InstallationId, MessageId, StoreId};
-use crate::service::events::StoreRef;
+
+use crate::model::event::StoreRef;
+use crate::model::ids::{InstallationId, MessageId, StoreId};
 
 /// An outbound channel.
 #[derive(
@@ -148,15 +148,15 @@ pub struct Banner {
     /// Lifetime in hours.
     pub ttl_hours: u32,
     /// When it was posted.
-    #[serde(with = "crate::clock::api_ts")]
+    #[serde(with = "crate::model::clock::api_ts")]
     #[schema(value_type = String)]
     pub created_at: Timestamp,
     /// When it stops showing (`created_at` + `ttl_hours`).
-    #[serde(with = "crate::clock::api_ts")]
+    #[serde(with = "crate::model::clock::api_ts")]
     #[schema(value_type = String)]
     pub expires_at: Timestamp,
     /// When the merchant dismissed it.
-    #[serde(default, with = "crate::clock::api_ts::option")]
+    #[serde(default, with = "crate::model::clock::api_ts::option")]
     #[schema(value_type = Option<String>)]
     pub dismissed_at: Option<Timestamp>,
 }
@@ -191,7 +191,7 @@ pub struct FeedCard {
     /// The action the card suggests.
     pub primary: Link,
     /// When it was posted.
-    #[serde(with = "crate::clock::api_ts")]
+    #[serde(with = "crate::model::clock::api_ts")]
     #[schema(value_type = String)]
     pub created_at: Timestamp,
 }
@@ -300,19 +300,19 @@ pub struct Notification {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error_category: Option<FailureCategory>,
     /// When it was accepted.
-    #[serde(with = "crate::clock::api_ts")]
+    #[serde(with = "crate::model::clock::api_ts")]
     #[schema(value_type = String)]
     pub created_at: Timestamp,
     /// When its status last changed.
-    #[serde(with = "crate::clock::api_ts")]
+    #[serde(with = "crate::model::clock::api_ts")]
     #[schema(value_type = String)]
     pub updated_at: Timestamp,
     /// When the next attempt is due (queued messages).
-    #[serde(default, with = "crate::clock::api_ts::option")]
+    #[serde(default, with = "crate::model::clock::api_ts::option")]
     #[schema(value_type = Option<String>)]
     pub next_attempt_at: Option<Timestamp>,
     /// When the merchant's sender accepted it.
-    #[serde(default, with = "crate::clock::api_ts::option")]
+    #[serde(default, with = "crate::model::clock::api_ts::option")]
     #[schema(value_type = Option<String>)]
     pub sent_at: Option<Timestamp>,
     /// The banner, for `channel: banner` (with `expires_at` and `dismissed_at`).
@@ -352,4 +352,19 @@ mod tests {
         assert_eq!(view.last_error.as_deref(), Some(UNCATEGORIZED));
         assert_eq!(view.last_error_category, None);
     }
+}
+
+/// A channel's quota after a message was counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct QuotaState {
+    /// Messages allowed per day.
+    pub limit: u64,
+    /// Messages counted today, this one included.
+    pub used: u64,
+    /// Messages left today.
+    pub remaining: u64,
+    /// When the count starts again from zero: the next midnight UTC.
+    #[serde(with = "crate::model::clock::api_ts")]
+    #[schema(value_type = String, example = "2026-11-23T00:00:00.000Z")]
+    pub resets_at: Timestamp,
 }

@@ -4,9 +4,9 @@
 use serde::Deserialize;
 use utoipa::IntoParams;
 
-use super::records::{Banner, Channel, FeedCard, Message, MessageStatus};
-use crate::error::{Error, Result};
-use crate::ids::{MessageId, StoreId};
+use crate::model::error::{Error, Result};
+use crate::model::ids::{MessageId, StoreId};
+use crate::model::message::{Banner, Channel, FeedCard, Message, MessageStatus};
 use crate::service::Service;
 use crate::service::pagination::{Listing, Page, PageRequest};
 

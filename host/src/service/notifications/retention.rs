@@ -11,12 +11,12 @@
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::quota::{self, ActiveBanners, FEED_CARD_INTERVAL};
-use super::records::{Banner, FeedCard, Message, MessageStatus};
-use crate::error::Result;
-use crate::ids::StoreId;
+use crate::model::error::Result;
+use crate::model::ids::StoreId;
+use crate::model::message::{Banner, FeedCard, Message, MessageStatus};
 use crate::service::Service;
 use crate::service::maintenance::{Sweep, sweep};
+use crate::service::notifications::quota::{self, ActiveBanners, FEED_CARD_INTERVAL};
 
 /// Banners are kept this long after they stopped showing (the plugin can still read them).
 pub const BANNER_RETENTION: SignedDuration = SignedDuration::from_hours(7 * 24);

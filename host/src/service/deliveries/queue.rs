@@ -10,15 +10,15 @@
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::records::{
+use super::target::{self, Paused};
+use crate::model::delivery::Outcome;
+use crate::model::delivery::{
     Attempt, Delivery, DeliveryStatus, DueEntry, EXPIRY_PREFIX, Expiry, RETENTION, RETRY_SCHEDULE,
     TargetRef, attempt_key, delivery_key, expiry_key, expiry_ms_of, millis, test_event_key,
 };
-use super::target::{self, Target};
-use super::webhook::Outcome;
-use crate::error::{Error, Result};
-use crate::ids::AttemptId;
-use crate::service::events::{Cause, Event, OUTBOX_PREFIX, OutboxEntry, event_key};
+use crate::model::error::{Error, Result};
+use crate::model::event::{Cause, Event, OUTBOX_PREFIX, OutboxEntry, event_key};
+use crate::model::ids::AttemptId;
 use crate::storage::{Db, Tx};
 
 fn later(at: Timestamp, by: SignedDuration) -> Result<Timestamp> {
@@ -112,10 +112,10 @@ pub fn fan_out(
 pub fn due_stats(db: &Db, now: Timestamp, limit: usize) -> Result<(usize, std::time::Duration)> {
     let now_ms = millis(now);
     let entries: Vec<(String, serde::de::IgnoredAny)> =
-        db.list(super::records::DUE_PREFIX, None, false, limit)?;
+        db.list(crate::model::delivery::DUE_PREFIX, None, false, limit)?;
     let due: Vec<u64> = entries
         .iter()
-        .filter_map(|(key, _)| super::records::due_ms_of(key))
+        .filter_map(|(key, _)| crate::model::delivery::due_ms_of(key))
         .take_while(|due| *due <= now_ms)
         .collect();
     let oldest = due.first().map_or(0, |first| now_ms.saturating_sub(*first));
@@ -166,7 +166,7 @@ pub fn record_attempt(
     entry: &DueEntry,
     outcome: &Outcome,
     now: Timestamp,
-) -> Result<Option<Target>> {
+) -> Result<Option<Paused>> {
     let key = delivery_key(&entry.store_id, &entry.target, &entry.event_id);
     let Some(mut d) = tx.read::<Delivery>(&key)? else {
         return tx.remove(due_key).map(|()| None); // Purged meanwhile.
@@ -209,7 +209,10 @@ pub fn record_attempt(
             );
             d.status = DeliveryStatus::Failed;
             d.failure = Some(reason.clone());
-            paused = target::pause(tx, &d.store_id, &d.target, now, &reason)?;
+            if let Some(target) = target::pause(tx, &d.store_id, &d.target, now, &reason)? {
+                let notice = target::pause_notice(tx, &target)?;
+                paused = Some(Paused { target, notice });
+            }
         }
     }
     tx.write(&key, &d)?;

@@ -7,10 +7,10 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::records::{CardKind, Channel, Cta, Link, Tone};
 use super::text::{self, Lines};
-use crate::error::{Error, Result};
-use crate::ids::CustomerId;
+use crate::model::error::{Error, Result};
+use crate::model::ids::CustomerId;
+use crate::model::message::{CardKind, Channel, Cta, Link, Tone};
 use crate::service::validate;
 
 /// Banner and card titles: 1 to 80 characters.

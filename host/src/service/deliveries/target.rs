@@ -1,16 +1,19 @@
 //! Targets: who receives deliveries, whether they are active, and pausing them. The one place
 //! that knows what kinds of target exist: webhook subscriptions and installed components.
 
+use crate::model::clock::format_ts;
+use crate::model::mail::Mail;
+use crate::model::store::Store;
 use jiff::Timestamp;
 
-use super::records::TargetRef;
-use crate::error::Result;
-use crate::ids::{InstallationId, StoreId};
-use crate::service::events::Event;
-use crate::service::plugins::Plugin;
-use crate::service::scopes::EventType;
-use crate::service::stores::{Installation, InstallationStatus};
-use crate::service::webhooks::{Subscription, WebhookStatus};
+use crate::model::delivery::TargetRef;
+use crate::model::error::Result;
+use crate::model::event::Event;
+use crate::model::ids::{InstallationId, StoreId};
+use crate::model::plugin::Plugin;
+use crate::model::scopes::EventType;
+use crate::model::store::{Installation, InstallationStatus};
+use crate::model::webhook::{Subscription, WebhookStatus};
 use crate::storage::{Db, Tx};
 
 /// An installed component, loaded for an attempt.
@@ -194,4 +197,84 @@ pub fn pause(
             }))))
         }
     }
+}
+
+/// A target that was just paused, with the notice to its owner (none when the plugin is gone).
+#[derive(Debug, Clone)]
+pub struct Paused {
+    /// The target, as paused.
+    pub target: Target,
+    /// The mail to the plugin's contact.
+    pub notice: Option<Mail>,
+}
+
+/// The notice to the owner of a target that was just paused.
+pub fn pause_notice(tx: &mut Tx<'_>, target: &Target) -> Result<Option<Mail>> {
+    match target {
+        Target::Webhook(sub) => webhook_paused_notice(tx, sub),
+        Target::Component(component) => component_paused_notice(tx, component),
+    }
+}
+
+fn store_domain(tx: &mut Tx<'_>, store: &StoreId) -> Result<String> {
+    Ok(tx
+        .read::<Store>(&Store::key(store))?
+        .map(|s| s.domain)
+        .unwrap_or_default())
+}
+
+fn webhook_paused_notice(tx: &mut Tx<'_>, sub: &Subscription) -> Result<Option<Mail>> {
+    let installation: Option<Installation> =
+        tx.read(&Installation::key(&sub.store_id, &sub.installation_id))?;
+    let plugin: Option<Plugin> = match &installation {
+        Some(i) => tx.read(&Plugin::key(&i.plugin))?,
+        None => None,
+    };
+    let Some(plugin) = plugin else {
+        return Ok(None); // Uninstalled meanwhile: nobody to tell.
+    };
+    let domain = store_domain(tx, &sub.store_id)?;
+    Ok(Some(Mail {
+        to: plugin.manifest.contact_email.clone(),
+        subject: format!("[commerce-host] webhook {} paused for {domain}", sub.id),
+        body: format!(
+            "Your plugin `{plugin}`'s webhook subscription {id} to {url} in store {domain} \
+             ({store}) was paused at {at}.\n\nWhy: {reason}\n\nWhile it is paused it receives \
+             nothing; its events are recorded as failed deliveries and kept for 30 days.\n\
+             Fix the receiver, then resume the subscription (POST /v1/webhooks/{id}/resume) \
+             and re-send what it missed (POST /v1/webhooks/{id}/replay with \
+             {{\"since\": \"<time>\"}}).\n",
+            plugin = plugin.name,
+            id = sub.id,
+            url = sub.url,
+            store = sub.store_id,
+            at = sub.paused_at.map(format_ts).unwrap_or_default(),
+            reason = sub.pause_reason.as_deref().unwrap_or("retries ran out"),
+        ),
+    }))
+}
+
+fn component_paused_notice(tx: &mut Tx<'_>, component: &ComponentTarget) -> Result<Option<Mail>> {
+    let i = &component.installation;
+    tracing::warn!(installation = %i.id, plugin = i.plugin, "component paused");
+    let domain = store_domain(tx, &i.store_id)?;
+    Ok(Some(Mail {
+        to: component.plugin.manifest.contact_email.clone(),
+        subject: format!("[commerce-host] plugin {} paused for {domain}", i.plugin),
+        body: format!(
+            "Your plugin `{plugin}` (installation {id}) in store {domain} ({store}) failed every \
+             retry of a delivery and was paused at {at}.\n\nWhy: {reason}\n\nWhile it is paused it \
+             receives nothing; its events are recorded as failed deliveries and kept for 30 days.\n\
+             Once fixed, the operator resumes it (POST /admin/v1/stores/{store}/installations/{id}/resume) \
+             and re-sends what it missed (POST /admin/v1/stores/{store}/installations/{id}/replay).\n",
+            plugin = i.plugin,
+            id = i.id,
+            store = i.store_id,
+            at = i.component_paused_at.map(format_ts).unwrap_or_default(),
+            reason = i
+                .component_pause_reason
+                .as_deref()
+                .unwrap_or("retries ran out"),
+        ),
+    }))
 }
