@@ -16,7 +16,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("runtime", &["plugins"]),
     ("engine", &["delivery"]),
     ("api", &["http"]),
-    ("entry", &["config", "cli"]),
+    ("config", &["config"]),
+    ("entry", &["cli"]),
 ];
 
 fn host_src() -> PathBuf {
