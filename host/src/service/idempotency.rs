@@ -197,22 +197,14 @@ impl Service {
     pub fn purge_idempotency_keys(&self, store: &StoreId, now: Timestamp) -> Result<usize> {
         let prefix = format!("idem/{store}/");
         let mut purged = 0;
-        let mut after: Option<String> = None;
-        loop {
-            let batch: Vec<(String, Record)> =
-                self.db.list(&prefix, after.as_deref(), false, 256)?;
-            let done = batch.len() < 256;
-            for (k, record) in batch {
-                if record.created_at + KEY_RETENTION <= now {
-                    self.db.tx(|tx| tx.remove(&k))?;
-                    purged += 1;
-                }
-                after = Some(k);
+        self.db.scan_all(&prefix, |k, record: Record| {
+            if record.created_at + KEY_RETENTION <= now {
+                self.db.tx(|tx| tx.remove(&k))?;
+                purged += 1;
             }
-            if done {
-                return Ok(purged);
-            }
-        }
+            Ok(())
+        })?;
+        Ok(purged)
     }
 }
 

@@ -3,6 +3,8 @@
 //! [`crate::service::notifications::retention`]) and the host's mail after [`MAIL_RETENTION`]. (Events, their
 //! deliveries and attempts are purged by the delivery engine, which indexes them by expiry.)
 
+use std::ops::ControlFlow;
+
 use jiff::{SignedDuration, Timestamp};
 use serde::de::DeserializeOwned;
 
@@ -49,19 +51,16 @@ pub fn sweep<T: DeserializeOwned>(
     decide: impl Fn(&str, &T) -> Sweep,
     also: impl Fn(&T) -> Vec<String>,
 ) -> Result<usize> {
-    const BATCH: usize = 256;
     let mut removed = 0;
-    let mut after: Option<String> = None;
-    loop {
-        let batch: Vec<(String, T)> = db.list(prefix, after.as_deref(), false, BATCH)?;
-        let mut done = batch.len() < BATCH;
+    db.scan(prefix).batches(|batch: Vec<(String, T)>| {
+        let mut next = ControlFlow::Continue(());
         let mut due = Vec::new();
         for (key, record) in &batch {
             match decide(key, record) {
                 Sweep::Keep => {}
                 Sweep::Remove => due.push(key.as_str()),
                 Sweep::Stop => {
-                    done = true;
+                    next = ControlFlow::Break(());
                     break;
                 }
             }
@@ -84,36 +83,26 @@ pub fn sweep<T: DeserializeOwned>(
                 Ok(removed)
             })?;
         }
-        if done {
-            return Ok(removed);
-        }
-        after = batch.last().map(|(key, _)| key.clone());
-    }
+        Ok(next)
+    })?;
+    Ok(removed)
 }
 
 impl Service {
     /// Removes what is past its retention, as of `now`.
     pub fn purge_expired(&self, now: Timestamp) -> Result<Purged> {
         let mut purged = Purged::default();
-        let mut after: Option<String> = None;
-        loop {
-            let stores: Vec<(String, Store)> =
-                self.db.list("store/", after.as_deref(), false, 100)?;
-            let done = stores.len() < 100;
-            for (key, store) in stores {
-                purged.idempotency_keys += self.purge_idempotency_keys(&store.id, now)?;
-                let outbound = self.purge_outbound(&store.id, now)?;
-                purged.outbound.banners += outbound.banners;
-                purged.outbound.feed_cards += outbound.feed_cards;
-                purged.outbound.messages += outbound.messages;
-                purged.outbound.counters += outbound.counters;
-                after = Some(key);
-            }
-            if done {
-                purged.mail = self.purge_mail(now, MAIL_RETENTION)?;
-                return Ok(purged);
-            }
-        }
+        self.db.scan_all("store/", |_, store: Store| {
+            purged.idempotency_keys += self.purge_idempotency_keys(&store.id, now)?;
+            let outbound = self.purge_outbound(&store.id, now)?;
+            purged.outbound.banners += outbound.banners;
+            purged.outbound.feed_cards += outbound.feed_cards;
+            purged.outbound.messages += outbound.messages;
+            purged.outbound.counters += outbound.counters;
+            Ok(())
+        })?;
+        purged.mail = self.purge_mail(now, MAIL_RETENTION)?;
+        Ok(purged)
     }
 
     /// Whether storage answers: a read of a fixed key (absent or not) succeeds. What

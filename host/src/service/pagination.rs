@@ -6,6 +6,8 @@
 //! store, is refused with `validation_failed` on `cursor`, so it can never be forged into someone
 //! else's data.
 
+use std::ops::ControlFlow;
+
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, Mac};
@@ -201,7 +203,7 @@ impl Listing<'_> {
         req: &PageRequest,
         mut keep: impl FnMut(&T) -> bool,
     ) -> Result<Page<T>> {
-        let mut after = match &req.cursor {
+        let after = match &req.cursor {
             Some(c) => {
                 let key = cursors.decode(self.list_id, c)?;
                 if !key.starts_with(self.prefix) {
@@ -213,31 +215,27 @@ impl Listing<'_> {
         };
         let mut data = Vec::with_capacity(req.limit);
         let mut last_key = None;
-        let chunk = (req.limit + 1).max(64);
-        'scan: loop {
-            let batch: Vec<(String, T)> =
-                db.list(self.prefix, after.as_deref(), self.newest_first, chunk)?;
-            let exhausted = batch.len() < chunk;
-            for (key, item) in batch {
-                after = Some(key.clone());
+        let mut more = false;
+        db.scan(self.prefix)
+            .after(after)
+            .reverse(self.newest_first)
+            .batch((req.limit + 1).max(64))
+            .until(|key, item: T| {
                 if !keep(&item) {
-                    continue;
+                    return Ok(ControlFlow::Continue(()));
                 }
                 if data.len() == req.limit {
                     // One more matching item exists: there is a next page.
-                    break 'scan;
+                    more = true;
+                    return Ok(ControlFlow::Break(()));
                 }
                 data.push(item);
                 last_key = Some(key);
-            }
-            if exhausted {
-                last_key = None;
-                break;
-            }
-        }
-        let next_cursor = match &last_key {
-            Some(k) => Some(cursors.encode(self.list_id, k)?),
-            None => None,
+                Ok(ControlFlow::Continue(()))
+            })?;
+        let next_cursor = match (more, &last_key) {
+            (true, Some(k)) => Some(cursors.encode(self.list_id, k)?),
+            _ => None,
         };
         Ok(Page {
             data,

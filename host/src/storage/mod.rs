@@ -7,6 +7,7 @@
 
 mod sled_store;
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -116,6 +117,27 @@ impl Db {
             .collect()
     }
 
+    /// A scan of every record under `prefix`, read [`SCAN_BATCH`] at a time: see [`Scan`].
+    pub fn scan<'a>(&'a self, prefix: &'a str) -> Scan<'a> {
+        Scan {
+            db: self,
+            prefix,
+            after: None,
+            reverse: false,
+            batch: SCAN_BATCH,
+        }
+    }
+
+    /// Calls `f` with every record under `prefix` and its key, in key order, reading
+    /// [`SCAN_BATCH`] records at a time; the first error stops the scan and is returned.
+    pub fn scan_all<T: DeserializeOwned>(
+        &self,
+        prefix: &str,
+        f: impl FnMut(String, T) -> Result<()>,
+    ) -> Result<()> {
+        self.scan(prefix).each(f)
+    }
+
     /// Runs `f` in one transaction and returns what it returns. `f` may run more than once.
     pub fn tx<R>(&self, f: impl FnMut(&mut Tx<'_>) -> Result<R>) -> Result<R> {
         self.transact(f, self.durable)
@@ -158,6 +180,94 @@ impl Db {
     /// What the delivery engine waits on between polls.
     pub fn delivery_signal(&self) -> Arc<tokio::sync::Notify> {
         self.delivery.clone()
+    }
+}
+
+/// How many records a [`Scan`] reads at a time unless told otherwise.
+pub const SCAN_BATCH: usize = 256;
+
+/// A scan of the records under a prefix, in key order (or reverse key order), read in batches so
+/// that a scan of any length holds one batch in memory. Each batch is one read of the storage,
+/// not a snapshot of the whole scan: a record written behind the scan's position while it runs is
+/// not seen, one written ahead of it is. The records may be changed (or removed) while the scan
+/// runs, including by the scan's own callback.
+#[derive(Debug)]
+#[must_use = "a scan reads nothing until `each`, `until` or `batches` runs it"]
+pub struct Scan<'a> {
+    db: &'a Db,
+    prefix: &'a str,
+    after: Option<String>,
+    reverse: bool,
+    batch: usize,
+}
+
+impl Scan<'_> {
+    /// Starts strictly after `key` (in the scan's order); from the first record when `None`.
+    pub fn after(mut self, key: Option<String>) -> Self {
+        self.after = key;
+        self
+    }
+
+    /// Scans in reverse key order (newest first, for time-ordered ids) when `reverse`.
+    pub fn reverse(mut self, reverse: bool) -> Self {
+        self.reverse = reverse;
+        self
+    }
+
+    /// Reads `size` records at a time (at least one).
+    pub fn batch(mut self, size: usize) -> Self {
+        self.batch = size.max(1);
+        self
+    }
+
+    /// Calls `f` with each batch of records and their keys until `f` breaks, fails, or the
+    /// records run out. No batch is empty.
+    pub fn batches<T: DeserializeOwned>(
+        self,
+        mut f: impl FnMut(Vec<(String, T)>) -> Result<ControlFlow<()>>,
+    ) -> Result<()> {
+        let Scan {
+            db,
+            prefix,
+            mut after,
+            reverse,
+            batch,
+        } = self;
+        loop {
+            let records: Vec<(String, T)> = db.list(prefix, after.as_deref(), reverse, batch)?;
+            let Some((last, _)) = records.last() else {
+                return Ok(());
+            };
+            let last = last.clone();
+            let exhausted = records.len() < batch;
+            if f(records)?.is_break() || exhausted {
+                return Ok(());
+            }
+            after = Some(last);
+        }
+    }
+
+    /// Calls `f` with each record and its key until `f` breaks, fails, or the records run out.
+    pub fn until<T: DeserializeOwned>(
+        self,
+        mut f: impl FnMut(String, T) -> Result<ControlFlow<()>>,
+    ) -> Result<()> {
+        self.batches(|records| {
+            for (key, record) in records {
+                if f(key, record)?.is_break() {
+                    return Ok(ControlFlow::Break(()));
+                }
+            }
+            Ok(ControlFlow::Continue(()))
+        })
+    }
+
+    /// Calls `f` with every record and its key; the first error stops the scan.
+    pub fn each<T: DeserializeOwned>(
+        self,
+        mut f: impl FnMut(String, T) -> Result<()>,
+    ) -> Result<()> {
+        self.until(|key, record| f(key, record).map(|()| ControlFlow::Continue(())))
     }
 }
 
@@ -235,6 +345,80 @@ mod tests {
             db.list::<String>("a/", None, false, 2).expect("list").len(),
             2
         );
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_scan_sees_every_record_once_in_order_across_batches_and_stops_when_told() {
+        let (db, dir) = temp_db();
+        db.tx(|tx| {
+            for i in 0..600 {
+                tx.write(&format!("s/{i:04}"), &i)?;
+            }
+            tx.write("sx/0", &-1)?;
+            tx.write("r/0", &-1)
+        })
+        .expect("write");
+
+        let mut seen = Vec::new();
+        db.scan_all("s/", |key, n: i32| {
+            assert_eq!(key, format!("s/{n:04}"));
+            seen.push(n);
+            Ok(())
+        })
+        .expect("scan");
+        assert_eq!(
+            seen,
+            (0..600).collect::<Vec<_>>(),
+            "each once, in key order"
+        );
+
+        let mut sizes = Vec::new();
+        db.scan("s/")
+            .batch(250)
+            .batches(|batch: Vec<(String, i32)>| {
+                sizes.push(batch.len());
+                Ok(ControlFlow::Continue(()))
+            })
+            .expect("batches");
+        assert_eq!(sizes, [250, 250, 100]);
+
+        let mut newest = Vec::new();
+        db.scan("s/")
+            .reverse(true)
+            .after(Some("s/0590".to_owned()))
+            .batch(3)
+            .until(|_, n: i32| {
+                newest.push(n);
+                Ok(if newest.len() == 4 {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                })
+            })
+            .expect("until");
+        assert_eq!(
+            newest,
+            [589, 588, 587, 586],
+            "after the cursor, stopped when told"
+        );
+
+        let mut removed = 0;
+        db.scan_all("s/", |key, _: i32| {
+            removed += 1;
+            db.tx(|tx| tx.remove(&key))
+        })
+        .expect("removing while scanning");
+        assert_eq!(removed, 600);
+        db.scan_all("s/", |key, _: i32| -> Result<()> {
+            panic!("{key} is gone")
+        })
+        .expect("empty");
+
+        let err = db
+            .scan_all("sx/", |_, _: i32| Err(Error::invalid("x", "no")))
+            .expect_err("an error stops the scan");
+        assert!(matches!(err, Error::Validation { .. }));
         let _ = std::fs::remove_dir_all(dir);
     }
 

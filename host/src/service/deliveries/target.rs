@@ -98,36 +98,22 @@ pub fn load(db: &Db, store: &StoreId, target: &TargetRef, event: &Event) -> Resu
 /// each again inside its transaction with [`wants_in_tx`].
 pub fn candidates(db: &Db, store: &StoreId, event: &Event) -> Result<Vec<TargetRef>> {
     let mut out = Vec::new();
-    scan(
-        db,
+    db.scan_all(
         &Subscription::store_prefix(store),
-        |sub: Subscription| {
+        |_, sub: Subscription| {
             if sub.events.contains(&event.kind) && concerns(event, &sub.installation_id) {
                 out.push(sub.target());
             }
+            Ok(())
         },
     )?;
-    scan(db, &format!("inst/{store}/"), |i: Installation| {
+    db.scan_all(&format!("inst/{store}/"), |_, i: Installation| {
         if component_takes(&i, event) {
             out.push(TargetRef::Component(i.id));
         }
+        Ok(())
     })?;
     Ok(out)
-}
-
-fn scan<T: serde::de::DeserializeOwned>(db: &Db, prefix: &str, mut f: impl FnMut(T)) -> Result<()> {
-    let mut after: Option<String> = None;
-    loop {
-        let batch: Vec<(String, T)> = db.list(prefix, after.as_deref(), false, 256)?;
-        let done = batch.len() < 256;
-        for (key, item) in batch {
-            f(item);
-            after = Some(key);
-        }
-        if done {
-            return Ok(());
-        }
-    }
 }
 
 /// Inside a transaction: `None` when the target is gone or no longer wants `event`, else whether
