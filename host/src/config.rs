@@ -21,7 +21,7 @@ pub struct Config {
     /// The component runtime's engine-wide settings (instance pool, stack, epoch tick).
     pub plugin_runtime: crate::plugins::RuntimeConfig,
     /// Per-invocation limits of components: defaults and the maxima a manifest may ask for.
-    pub plugin_limits: crate::plugins::LimitPolicy,
+    pub plugin_limits: crate::service::limits::LimitPolicy,
     /// Flush storage on every write transaction (an acknowledged write survives `kill -9`).
     pub durable_writes: bool,
     /// How often (real time) housekeeping runs: retention purges compare against `clock`.
@@ -57,7 +57,7 @@ impl Config {
             admin_token: None,
             clock: Arc::new(SystemClock),
             plugin_runtime: crate::plugins::RuntimeConfig::default(),
-            plugin_limits: crate::plugins::LimitPolicy::default(),
+            plugin_limits: crate::service::limits::LimitPolicy::default(),
             durable_writes: true,
             maintenance_interval: std::time::Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(30),

@@ -32,6 +32,7 @@ pub fn open_service(config: &Config) -> anyhow::Result<Service> {
         .map_err(|e| anyhow::anyhow!("{e:#}"))?;
     let options = service::Options {
         allow_networks: config.webhook_allow_networks.clone(),
+        plugin_limits: config.plugin_limits.clone(),
     };
     service::Service::with_options(db, config.clock.clone(), &admin_token, options)
         .map_err(|e| anyhow::anyhow!("{e:#}"))
@@ -48,7 +49,6 @@ pub async fn run(
     let plugins = std::sync::Arc::new(plugins::Plugins::new(
         &config.data_dir.join("components"),
         config.plugin_runtime.clone(),
-        config.plugin_limits.clone(),
     )?);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let maintenance = tokio::spawn(maintenance_loop(

@@ -69,7 +69,6 @@ async fn main() -> anyhow::Result<()> {
     let plugins = std::sync::Arc::new(Plugins::new(
         &data.path().join("components"),
         config.plugin_runtime.clone(),
-        config.plugin_limits.clone(),
     )?);
     let wasm = component("hostile");
     let fail = |e: commerce_host::Error| anyhow::anyhow!("{e}");
@@ -102,7 +101,7 @@ async fn main() -> anyhow::Result<()> {
         .ok_or_else(|| anyhow::anyhow!("no plugin.installed event"))?;
     let actor = service.component_actor(&installation).map_err(fail)?;
     let manifest = manifest("bench");
-    let limits = plugins.policy().resolve(None, "limits").map_err(fail)?;
+    let limits = service.component_limits(&manifest).map_err(fail)?;
     let loaded = plugins.load("bench", "1.0.0").map_err(fail)?;
     let wit_event = commerce_host::plugins::wit_event(&stored).map_err(fail)?;
     println!(

@@ -281,7 +281,6 @@ fn the_delivery_engines_invocations_record_host_calls_without_argument_summaries
     let plugins = Plugins::new(
         &data.path().join("components"),
         config.plugin_runtime.clone(),
-        config.plugin_limits.clone(),
     )
     .expect("a runtime");
     let package = commerce_host::cli::package::check(&plugin_dir("hostile")).expect("a manifest");

@@ -130,7 +130,6 @@ pub fn run_report(args: &RunArgs) -> anyhow::Result<(Report, bool)> {
     let plugins = Plugins::new(
         &temp.path().join("components"),
         config.plugin_runtime.clone(),
-        config.plugin_limits.clone(),
     )?;
     let fail = |what: &str| {
         let what = what.to_owned();
@@ -216,9 +215,8 @@ pub fn run_report(args: &RunArgs) -> anyhow::Result<(Report, bool)> {
         .filter(|m| m.installation_id == installation.id)
         .collect();
 
-    let limits = plugins
-        .policy()
-        .resolve(manifest.limits.as_ref(), "manifest.limits")
+    let limits = service
+        .component_limits(&manifest)
         .map_err(fail("the manifest's limits"))?;
     let mut text = String::new();
     let _ = writeln!(

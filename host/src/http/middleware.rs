@@ -248,7 +248,6 @@ mod tests {
         let plugins = crate::plugins::Plugins::new(
             &dir.path().join("components"),
             crate::plugins::RuntimeConfig::default(),
-            crate::plugins::LimitPolicy::default(),
         )
         .expect("plugins");
         let state = AppState {

@@ -130,6 +130,18 @@ pub struct NewInstallation {
     pub token: String,
 }
 
+/// A change of a store's settings (`PATCH /admin/v1/stores/{store_id}`): the parts given replace
+/// the store's, the parts left out stay as they are.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateStore {
+    /// New inbound rate limits; fields left out take the defaults (60/s, burst 120, 600/min).
+    pub rate_limits: Option<RateLimits>,
+    /// New daily outbound quotas; fields left out take the defaults (email 200, sms 50,
+    /// whatsapp 20, push 1000).
+    pub quotas: Option<Quotas>,
+}
+
 /// The largest daily quota the operator may set.
 pub const MAX_QUOTA: u64 = 1_000_000;
 

@@ -14,7 +14,7 @@ use crate::model::customer::CustomerFilter;
 use crate::model::error::Error;
 use crate::model::ids::path_id;
 use crate::model::log::LogLine;
-use crate::model::message::{CardKind, Channel, Cta, Link, Tone};
+use crate::model::message::{Channel, Cta, Link, Tone};
 use crate::model::order::{CancelOrder, OrderFilter};
 use crate::model::product::{AdjustInventory, ProductFilter};
 use crate::service::notifications::request::{BannerInput, FeedCardInput, NotificationRequest};
@@ -37,7 +37,7 @@ impl StoreCalls<'_> {
         f: impl FnOnce(&StoreCalls<'_>) -> Result<T, Error>,
     ) -> Call<T> {
         self.meter.charge_call()?;
-        let result = match self.service.admit_installed(self.actor) {
+        let result = match self.service.admit(self.actor) {
             Err((e, _)) => Err(c::host_error(e)),
             Ok(_) => f(self).map_err(c::host_error),
         };
@@ -410,17 +410,9 @@ impl notifications::Host for StoreCalls<'_> {
     fn post_feed_card(&mut self, card: notifications::FeedCard) -> Call<notifications::Receipt> {
         let args = self.args(|| format!("{card:?}"));
         self.call("notifications.post-feed-card", args, |s| {
-            let kind = match card.kind.as_str() {
-                "suggestion" => CardKind::Suggestion,
-                other => {
-                    return Err(Error::invalid(
-                        "card.kind",
-                        format!("`{other}` is not a card kind; use `suggestion`"),
-                    ));
-                }
-            };
+            // The kind is checked by the service function, as over HTTP.
             let card = FeedCardInput {
-                kind,
+                kind: card.kind,
                 title: card.title,
                 body: card.body,
                 primary: Link {
@@ -491,4 +483,83 @@ pub fn add_to_linker(linker: &mut Linker<Invocation>) -> wasmtime::Result<()> {
     let logs: fn(&mut Invocation) -> LogSink<'_> = Invocation::log_sink;
     log::add_to_linker::<_, LogData>(linker, logs)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::model::clock::ManualClock;
+    use crate::model::plugin::Manifest;
+    use crate::plugins::Limits;
+    use crate::plugins::state::Invocation;
+    use crate::service::{Actor, Service};
+    use crate::storage::Db;
+
+    /// A service with one store and one installed external plugin, and the plugin's actor as
+    /// its token authenticates it.
+    fn installed(dir: &std::path::Path) -> (Service, Actor) {
+        let db = Db::open_sled(dir, false).expect("db");
+        let clock = ManualClock::new("2026-01-05T00:00:00Z".parse().expect("time"));
+        let service =
+            Service::new(db, Arc::new(clock), "admin-token-for-host-tests").expect("service");
+        let store = service.create_store("cards.example").expect("store");
+        let manifest = Manifest {
+            name: "carder".into(),
+            version: "1.0.0".into(),
+            description: None,
+            scopes: Vec::new(),
+            contact_email: "dev@carder.example".into(),
+            webhooks: Vec::new(),
+            events: Vec::new(),
+            limits: None,
+        };
+        service
+            .publish_plugin(manifest, &BTreeMap::new(), None)
+            .expect("published");
+        let installed = service.install(&store.id, "carder").expect("installed");
+        let actor = service.authenticate(&installed.token).expect("actor");
+        (service, actor)
+    }
+
+    #[test]
+    fn a_feed_card_of_an_unknown_kind_meets_the_same_refusal_from_a_component_as_over_http() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (service, actor) = installed(dir.path());
+
+        let over_http: NotificationRequest = serde_json::from_value(serde_json::json!({
+            "channel": "feed",
+            "card": {"kind": "ad", "title": "t", "body": "b", "primary": {"label": "l", "href": "/x"}},
+        }))
+        .expect("the body parses: the kind is the service's to check");
+        let Err(Error::Validation { field, message }) =
+            service.send_notification(&actor, over_http)
+        else {
+            panic!("an unknown kind is a validation error");
+        };
+        assert_eq!(field, "card.kind");
+
+        let mut invocation = Invocation::new(actor, service.clone(), &Limits::default());
+        let from_component = notifications::Host::post_feed_card(
+            &mut invocation.store_calls(),
+            notifications::FeedCard {
+                kind: "ad".into(),
+                title: "t".into(),
+                body: "b".into(),
+                primary: notifications::Link {
+                    label: "l".into(),
+                    href: "/x".into(),
+                },
+            },
+        )
+        .expect("a refusal, not a trap");
+        match from_component {
+            Err(HostError::Invalid(e)) => {
+                assert_eq!((e.field, e.message), (field, message), "the same error");
+            }
+            other => panic!("expected the validation error, got {other:?}"),
+        }
+    }
 }

@@ -1,38 +1,9 @@
-//! Per-invocation limits and the meters that enforce the ones wasmtime does not.
+//! The translation of a component's per-invocation [`Limits`] (resolved by the service layer)
+//! into wasmtime's memory limiter, and the meters that enforce the ones wasmtime does not.
 
-use std::time::Duration;
 use wasmtime::{ResourceLimiter, StoreLimits, StoreLimitsBuilder};
 
-/// Limits of one invocation (one event delivered to one fresh instance).
-///
-/// The stack limit is not here: `Config::max_wasm_stack` is engine-wide, so it is the
-/// operator maximum for every plugin (see `RuntimeConfig::max_wasm_stack`).
-#[derive(Debug, Clone)]
-pub struct Limits {
-    /// Wasm fuel (roughly one unit per wasm operator): the CPU budget.
-    pub fuel: u64,
-    /// Wall-clock bound, enforced through epoch interruption (host calls included).
-    pub wall_clock: Duration,
-    /// Bytes of linear memory of the whole instance, all its memories together (the guest's
-    /// heap, stack and data).
-    pub memory_bytes: usize,
-    /// Host calls (store capabilities, notifications, settings, log) per invocation.
-    pub host_calls: u32,
-    /// Bytes of log messages per invocation.
-    pub log_bytes: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            fuel: 1_000_000_000,
-            wall_clock: Duration::from_secs(10),
-            memory_bytes: 32 << 20,
-            host_calls: 1_000,
-            log_bytes: 64 << 10,
-        }
-    }
-}
+pub use crate::service::limits::Limits;
 
 /// Which limit a plugin broke, carried inside the trap so the caller can tell them apart.
 #[derive(Debug, Clone, PartialEq, Eq)]

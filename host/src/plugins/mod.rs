@@ -23,100 +23,17 @@ use sha2::{Digest, Sha256};
 
 use crate::model::error::{Error, Result};
 use crate::model::event::Event;
-use crate::model::plugin::{Manifest, ManifestLimits};
+use crate::model::plugin::Manifest;
 use crate::service::{Actor, Service};
 pub use limits::Limits;
 pub use runtime::{Failure, Outcome, RuntimeConfig};
 pub use runtime::{LoadedPlugin, Runtime};
 pub use state::HostCall;
 
-/// The operator's bounds on what a manifest may ask for, and the defaults.
-#[derive(Debug, Clone)]
-pub struct LimitPolicy {
-    /// Limits of a plugin whose manifest asks for none.
-    pub defaults: Limits,
-    /// The most any manifest may ask for.
-    pub maxima: Limits,
-}
-
-impl Default for LimitPolicy {
-    fn default() -> Self {
-        Self {
-            defaults: Limits::default(),
-            maxima: Limits {
-                fuel: 10_000_000_000,
-                wall_clock: std::time::Duration::from_secs(10),
-                memory_bytes: 64 << 20,
-                host_calls: 10_000,
-                log_bytes: 1 << 20,
-            },
-        }
-    }
-}
-
-impl LimitPolicy {
-    /// The limits of a plugin: its manifest's, where given, within the maxima.
-    pub fn resolve(&self, asked: Option<&ManifestLimits>, field: &str) -> Result<Limits> {
-        let mut limits = self.defaults.clone();
-        let Some(asked) = asked else {
-            return Ok(limits);
-        };
-        let too_much = |name: &str, max: String| {
-            Error::invalid(
-                format!("{field}.{name}"),
-                format!("at most {max} on this host"),
-            )
-        };
-        if let Some(mib) = asked.memory_mib {
-            let bytes = usize::try_from(mib)
-                .unwrap_or(usize::MAX)
-                .saturating_mul(1 << 20);
-            if bytes > self.maxima.memory_bytes || mib == 0 {
-                return Err(too_much(
-                    "memory_mib",
-                    format!("{} (and at least 1)", self.maxima.memory_bytes >> 20),
-                ));
-            }
-            limits.memory_bytes = bytes;
-        }
-        if let Some(fuel) = asked.fuel {
-            if fuel > self.maxima.fuel || fuel == 0 {
-                return Err(too_much("fuel", self.maxima.fuel.to_string()));
-            }
-            limits.fuel = fuel;
-        }
-        if let Some(ms) = asked.timeout_ms {
-            let wall = std::time::Duration::from_millis(u64::from(ms));
-            if wall > self.maxima.wall_clock || ms == 0 {
-                return Err(too_much(
-                    "timeout_ms",
-                    self.maxima.wall_clock.as_millis().to_string(),
-                ));
-            }
-            limits.wall_clock = wall;
-        }
-        if let Some(calls) = asked.host_calls {
-            if calls > self.maxima.host_calls {
-                return Err(too_much("host_calls", self.maxima.host_calls.to_string()));
-            }
-            limits.host_calls = calls;
-        }
-        if let Some(bytes) = asked.log_bytes {
-            let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
-            if bytes > self.maxima.log_bytes {
-                return Err(too_much("log_bytes", self.maxima.log_bytes.to_string()));
-            }
-            limits.log_bytes = bytes;
-        }
-        Ok(limits)
-    }
-}
-
 /// Installed components and the runtime that runs them.
 pub struct Plugins {
     runtime: Runtime,
     dir: PathBuf,
-    policy: LimitPolicy,
     loaded: Mutex<HashMap<(String, String), LoadedPlugin>>,
 }
 
@@ -133,21 +50,16 @@ fn file_stem(name: &str, version: &str) -> String {
 }
 
 impl Plugins {
-    /// A runtime keeping components in `dir`.
-    pub fn new(dir: &Path, config: RuntimeConfig, policy: LimitPolicy) -> anyhow::Result<Self> {
+    /// A runtime keeping components in `dir`. The limits of each invocation are the service
+    /// layer's ([`Service::component_limits`]).
+    pub fn new(dir: &Path, config: RuntimeConfig) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir)?;
         Ok(Self {
             runtime: Runtime::new(config)
                 .map_err(|e| anyhow::anyhow!("starting the component runtime: {e:#}"))?,
             dir: dir.to_owned(),
-            policy,
             loaded: Mutex::new(HashMap::new()),
         })
-    }
-
-    /// The limits policy.
-    pub fn policy(&self) -> &LimitPolicy {
-        &self.policy
     }
 
     /// The runtime underneath (for benchmarks that measure it bare).
@@ -162,14 +74,13 @@ impl Plugins {
 
     /// Validates and compiles a component for `manifest` (a real component that targets our world,
     /// or a clear `validation_failed` on `field`), and keeps it and its compiled form on disk.
+    /// The manifest itself (its limits among the rest) is the service layer's to check.
     pub fn store_component(
         &self,
         manifest: &Manifest,
         wasm: &[u8],
         field: &str,
     ) -> Result<ComponentInfo> {
-        self.policy
-            .resolve(manifest.limits.as_ref(), "manifest.limits")?;
         let compiled = self
             .runtime
             .precompile(wasm)
@@ -183,8 +94,8 @@ impl Plugins {
         })
     }
 
-    /// Publishes a plugin: checks the manifest, then (for a component) validates, compiles and
-    /// stores it, then records the plugin. Blocking (compiling takes about a second): call it
+    /// Publishes a plugin: the service checks the manifest (its limits included), then (for a
+    /// component) this validates, compiles and stores it, then the service records the plugin. Blocking (compiling takes about a second): call it
     /// from a blocking thread.
     pub fn publish(
         &self,
@@ -279,9 +190,7 @@ impl Plugins {
         event: &Event,
         trace: bool,
     ) -> Result<Outcome> {
-        let limits = self
-            .policy
-            .resolve(manifest.limits.as_ref(), "manifest.limits")?;
+        let limits = service.component_limits(manifest)?;
         let loaded = self.load(&manifest.name, &manifest.version)?;
         let event = convert::event(event)?;
         Ok(self

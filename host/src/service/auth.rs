@@ -137,12 +137,17 @@ impl Service {
         })
     }
 
-    /// Admits one host call of a component: its installation must still be installed (checked
-    /// afresh on every call, since an invocation can outlive an uninstall, and the one that
-    /// delivers `plugin.uninstalled` runs after it), then the call counts against the store's rate
-    /// limits like an HTTP request. An uninstalled plugin can no longer reach the store, not even
-    /// through the calls that need no scope (banners, feed cards, messages, settings).
-    pub fn admit_installed(&self, actor: &Actor) -> Result<RateStatus, (Error, RateStatus)> {
+    /// Admits one call of `actor` into its store, whichever way it came: an HTTP request on
+    /// `/v1` or a host call of a component. Every adapter calls this once per request or host
+    /// call, so both count alike against the store's one rate limit (and its metrics).
+    ///
+    /// The installation must still be installed: checked afresh on every call, since a request
+    /// or an invocation can outlive an uninstall (the invocation that delivers
+    /// `plugin.uninstalled` runs after it), so an uninstalled plugin can no longer reach the
+    /// store, not even through the calls that need no scope (banners, feed cards, messages,
+    /// settings). Then the call counts against the store's rate limits; a refusal carries the
+    /// values of the `X-RateLimit-*` headers.
+    pub fn admit(&self, actor: &Actor) -> Result<RateStatus, (Error, RateStatus)> {
         const NONE: RateStatus = RateStatus {
             remaining: 0,
             reset_secs: 0,
@@ -158,11 +163,6 @@ impl Service {
                 NONE,
             ));
         }
-        self.admit(actor)
-    }
-
-    /// Counts one inbound call of `actor` against its store's rate limits.
-    pub fn admit(&self, actor: &Actor) -> Result<RateStatus, (Error, RateStatus)> {
         self.limiter
             .admit(actor.store_id(), actor.limits, self.clock.now())
             .inspect_err(|_| self.metrics.rate_limited(crate::metrics::RateLimit::Store))

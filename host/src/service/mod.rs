@@ -10,6 +10,7 @@ pub mod customers;
 pub mod deliveries;
 pub mod events;
 pub mod idempotency;
+pub mod limits;
 pub mod mail;
 pub mod maintenance;
 pub mod network;
@@ -62,6 +63,8 @@ pub struct Inner {
     pub cursors: pagination::Cursors,
     /// Which addresses webhooks may go to.
     pub network: NetworkPolicy,
+    /// The operator's defaults and maxima of components' per-invocation limits.
+    pub limit_policy: limits::LimitPolicy,
     /// SHA-256 of the operator's admin token.
     admin_token_hash: [u8; 32],
     /// Wakes the outbound message worker when a message is queued.
@@ -75,6 +78,8 @@ pub struct Inner {
 pub struct Options {
     /// Non-public networks webhooks may go to.
     pub allow_networks: Vec<ipnet::IpNet>,
+    /// Components' per-invocation limits: the defaults and the most a manifest may ask for.
+    pub plugin_limits: limits::LimitPolicy,
 }
 
 impl Deref for Service {
@@ -116,6 +121,7 @@ impl Service {
         Ok(Self {
             inner: Arc::new(Inner {
                 network: NetworkPolicy::new(options.allow_networks),
+                limit_policy: options.plugin_limits,
                 db,
                 clock,
                 limiter: ratelimit::RateLimiter::default(),

@@ -95,19 +95,34 @@ impl NetworkPolicy {
     /// Resolves the URL's host and checks every address it resolves to; all must be allowed
     /// (a name with one internal address among public ones is refused).
     pub async fn check(&self, url: &Url) -> Result<Vec<SocketAddr>, Refusal> {
-        let host = url.host_str().ok_or(Refusal::NoHost)?;
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        let port = url.port_or_known_default().unwrap_or(443);
+        let (host, port) = host_and_port(url)?;
         let addrs: Vec<SocketAddr> = match host.parse::<IpAddr>() {
             Ok(ip) => vec![SocketAddr::new(ip, port)],
             Err(_) => tokio::net::lookup_host((host, port))
                 .await
-                .map_err(|e| Refusal::Unresolvable {
-                    host: host.to_owned(),
-                    reason: e.to_string(),
-                })?
+                .map_err(|e| unresolvable(host, &e))?
                 .collect(),
         };
+        self.judge(host, addrs)
+    }
+
+    /// [`NetworkPolicy::check`] for a caller on a blocking thread: the same checks, with the
+    /// system resolver called in place.
+    pub fn check_blocking(&self, url: &Url) -> Result<Vec<SocketAddr>, Refusal> {
+        use std::net::ToSocketAddrs as _;
+        let (host, port) = host_and_port(url)?;
+        let addrs: Vec<SocketAddr> = match host.parse::<IpAddr>() {
+            Ok(ip) => vec![SocketAddr::new(ip, port)],
+            Err(_) => (host, port)
+                .to_socket_addrs()
+                .map_err(|e| unresolvable(host, &e))?
+                .collect(),
+        };
+        self.judge(host, addrs)
+    }
+
+    /// Every address `host` resolved to must be allowed.
+    fn judge(&self, host: &str, addrs: Vec<SocketAddr>) -> Result<Vec<SocketAddr>, Refusal> {
         if addrs.is_empty() {
             return Err(Refusal::Unresolvable {
                 host: host.to_owned(),
@@ -124,6 +139,20 @@ impl NetworkPolicy {
             }
         }
         Ok(addrs)
+    }
+}
+
+/// The host of a URL (an IPv6 literal without its brackets) and its port.
+fn host_and_port(url: &Url) -> Result<(&str, u16), Refusal> {
+    let host = url.host_str().ok_or(Refusal::NoHost)?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    Ok((host, url.port_or_known_default().unwrap_or(443)))
+}
+
+fn unresolvable(host: &str, e: &std::io::Error) -> Refusal {
+    Refusal::Unresolvable {
+        host: host.to_owned(),
+        reason: e.to_string(),
     }
 }
 

@@ -104,7 +104,8 @@ impl Service {
     }
 
     /// Checks a manifest before anything is stored: its fields, that a component and its
-    /// `events` come together, and that the version is higher than the published one.
+    /// `events` come together, that the version is higher than the published one, and that its
+    /// `limits` (a component's only) are within the operator's maxima.
     pub fn check_publishable(
         &self,
         manifest: &Manifest,
@@ -131,7 +132,7 @@ impl Service {
         if let Some(current) = self.db.read::<Plugin>(&Plugin::key(&manifest.name))? {
             version_is_newer(manifest, &current)?;
         }
-        Ok(())
+        self.check_manifest_limits(manifest, has_component)
     }
 
     /// The current version of a plugin.

@@ -5,12 +5,13 @@ use crate::model::store::InstallationStatus;
 use crate::model::store::MAX_SETTINGS_BYTES;
 use crate::model::store::NewInstallation;
 use crate::model::store::Store;
+use crate::model::store::UpdateStore;
 use crate::model::store::empty_settings;
 
 use super::Service;
 use crate::model::error::{Error, Result};
 use crate::model::ids::{InstallationId, StoreId};
-use crate::model::plugin::Plugin;
+use crate::model::plugin::{Manifest, Plugin};
 use crate::model::scopes::EventType;
 use crate::model::store::Quotas;
 use crate::model::store::RateLimits;
@@ -80,37 +81,67 @@ impl Service {
         .page(&self.db, &self.cursors, page, |_| true)
     }
 
-    /// Sets a store's rate limits.
-    pub fn set_rate_limits(&self, id: &StoreId, limits: RateLimits) -> Result<Store> {
-        limits.validate("rate_limits")?;
-        self.update_store(id, |store| store.rate_limits = limits)
-    }
-
-    /// Sets a store's daily outbound quotas; the new quotas apply to today's count at once.
-    pub fn set_quotas(&self, id: &StoreId, quotas: Quotas) -> Result<Store> {
-        quotas.validate("quotas")?;
-        self.update_store(id, |store| store.quotas = quotas)
-    }
-
-    fn update_store(&self, id: &StoreId, change: impl Fn(&mut Store)) -> Result<Store> {
+    /// Changes a store's settings, all or nothing: every part given is checked first (a refusal
+    /// names its field, `rate_limits.burst` or `quotas.sms`), then all of them are written in one
+    /// transaction, so the store is never seen with one part changed and not the other. New
+    /// quotas apply to today's count at once. Returns the store as changed.
+    pub fn update_store(&self, id: &StoreId, update: &UpdateStore) -> Result<Store> {
+        if let Some(limits) = &update.rate_limits {
+            limits.validate("rate_limits")?;
+        }
+        if let Some(quotas) = &update.quotas {
+            quotas.validate("quotas")?;
+        }
         self.db.tx(|tx| {
             let mut store: Store = tx
                 .read(&Store::key(id))?
                 .ok_or_else(|| Error::not_found("store", id))?;
-            change(&mut store);
+            if let Some(limits) = update.rate_limits {
+                store.rate_limits = limits;
+            }
+            if let Some(quotas) = update.quotas {
+                store.quotas = quotas;
+            }
             tx.write(&Store::key(id), &store)?;
             Ok(store)
         })
     }
 
-    /// Installs the current version of `plugin` into `store_id`: issues a project token with
-    /// exactly the manifest's scopes, creates the manifest's webhook subscriptions and fires
-    /// `plugin.installed`.
+    /// Sets a store's rate limits (an [`Service::update_store`] of them alone).
+    pub fn set_rate_limits(&self, id: &StoreId, limits: RateLimits) -> Result<Store> {
+        self.update_store(
+            id,
+            &UpdateStore {
+                rate_limits: Some(limits),
+                quotas: None,
+            },
+        )
+    }
+
+    /// Sets a store's daily outbound quotas (an [`Service::update_store`] of them alone).
+    pub fn set_quotas(&self, id: &StoreId, quotas: Quotas) -> Result<Store> {
+        self.update_store(
+            id,
+            &UpdateStore {
+                rate_limits: None,
+                quotas: Some(quotas),
+            },
+        )
+    }
+
+    /// Installs the current version of `plugin` into `store_id`: checks where the manifest's
+    /// webhooks would go, then issues a project token with exactly the manifest's scopes,
+    /// creates the manifest's webhook subscriptions and fires `plugin.installed`.
+    ///
+    /// A webhook URL that resolves to a non-public address the operator did not allow is 400 on
+    /// `manifest.webhooks[i].url`, and nothing is installed. Resolving names waits on the system
+    /// resolver: call this on a blocking thread.
     pub fn install(&self, store_id: &StoreId, plugin: &str) -> Result<NewInstallation> {
         let store = self.store(store_id)?;
         let plugin: Plugin = self.db.read(&Plugin::key(plugin))?.ok_or_else(|| {
             Error::invalid("plugin", format!("no plugin named `{plugin}` is published"))
         })?;
+        self.vet_manifest_webhooks(&plugin.manifest)?;
         let now = self.now();
         let token = new_token();
         let installation = Installation {
@@ -172,6 +203,20 @@ impl Service {
             installation,
             token,
         })
+    }
+
+    /// Checks the addresses of a manifest's webhooks before it is installed: their form was
+    /// checked at publish, but what their names resolve to, and the operator's allowed
+    /// networks, may have changed since. Blocking (it resolves names).
+    fn vet_manifest_webhooks(&self, manifest: &Manifest) -> Result<()> {
+        for (i, hook) in manifest.webhooks.iter().enumerate() {
+            let field = format!("manifest.webhooks[{i}].url");
+            let url = crate::service::webhooks::validate_url(&field, &hook.url)?;
+            self.network
+                .check_blocking(&url)
+                .map_err(|refusal| Error::invalid(&field, refusal.to_string()))?;
+        }
+        Ok(())
     }
 
     /// An installation of a store.

@@ -31,7 +31,7 @@ use crate::model::delivery::{
 use crate::model::error::{Error, Result};
 use crate::model::event::{Event, event_key};
 use crate::model::ids::{InstallationId, StoreId, WebhookId};
-use crate::model::plugin::{Manifest, ManifestWebhook, Plugin};
+use crate::model::plugin::{Manifest, ManifestWebhook};
 use crate::model::scopes::{EventType, Scope};
 use crate::model::store::Installation;
 use crate::service::auth::Actor;
@@ -295,19 +295,6 @@ impl Service {
         Ok(url)
     }
 
-    /// Checks the addresses of a plugin's manifest webhooks before it is installed (their form
-    /// was checked at publish; the operator's allowed networks may have changed since).
-    pub async fn vet_manifest_webhooks(&self, plugin: &str) -> Result<()> {
-        let Some(plugin) = self.db.read::<Plugin>(&Plugin::key(plugin))? else {
-            return Ok(()); // `install` reports the unknown plugin.
-        };
-        for (i, hook) in plugin.manifest.webhooks.iter().enumerate() {
-            self.vet_url(&format!("manifest.webhooks[{i}].url"), &hook.url)
-                .await?;
-        }
-        Ok(())
-    }
-
     /// Subscribes the caller's installation. Each event needs the read scope of its resource.
     pub async fn create_webhook(&self, actor: &Actor, new: NewWebhook) -> Result<Webhook> {
         validate_url("url", &new.url)?;
@@ -510,21 +497,12 @@ impl Service {
                 })?;
                 let prefix = deliveries_prefix(store, target);
                 let mut keys = Vec::new();
-                let mut after: Option<String> = None;
-                loop {
-                    let batch: Vec<(String, Delivery)> =
-                        self.db.list(&prefix, after.as_deref(), false, 256)?;
-                    let done = batch.len() < 256;
-                    for (key, d) in batch {
-                        if d.status != DeliveryStatus::Succeeded && d.event_created_at >= since {
-                            keys.push(key.clone());
-                        }
-                        after = Some(key);
+                self.db.scan_all(&prefix, |key, d: Delivery| {
+                    if d.status != DeliveryStatus::Succeeded && d.event_created_at >= since {
+                        keys.push(key);
                     }
-                    if done {
-                        break;
-                    }
-                }
+                    Ok(())
+                })?;
                 keys
             }
             _ => {

@@ -88,8 +88,10 @@ pub struct BannerInput {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FeedCardInput {
-    /// The card's kind: `suggestion`.
-    pub kind: CardKind,
+    /// The card's kind: `suggestion`. Kept as text until [`FeedCardInput::validate`], so that an
+    /// unknown kind gets the same refusal over HTTP and from a component.
+    #[schema(value_type = CardKind)]
+    pub kind: String,
     /// 1 to 80 characters.
     pub title: String,
     /// 1 to 500 characters.
@@ -295,13 +297,27 @@ impl BannerInput {
     }
 }
 
+/// A card's kind from its name; anything else is refused on `field`.
+fn card_kind(field: &str, kind: &str) -> Result<CardKind> {
+    match kind {
+        "suggestion" => Ok(CardKind::Suggestion),
+        other => Err(Error::invalid(
+            field,
+            format!("`{other}` is not a card kind; use `suggestion`"),
+        )),
+    }
+}
+
 impl FeedCardInput {
-    /// Checks the card's limits; `at` is the path of the card in the request.
-    pub fn validate(&self, at: &str) -> Result<()> {
+    /// Checks the card's kind and limits, and returns its kind; `at` is the path of the card in
+    /// the request.
+    pub fn validate(&self, at: &str) -> Result<CardKind> {
+        let kind = card_kind(&format!("{at}.kind"), &self.kind)?;
         title_and_body(at, &self.title, &self.body)?;
         let primary = format!("{at}.primary");
         link_label(&primary, &self.primary.label)?;
-        text::check_path(&format!("{primary}.href"), &self.primary.href)
+        text::check_path(&format!("{primary}.href"), &self.primary.href)?;
+        Ok(kind)
     }
 }
 

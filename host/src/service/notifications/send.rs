@@ -176,14 +176,14 @@ impl Service {
         actor: &Actor,
         input: FeedCardInput,
     ) -> Result<NotificationAccepted> {
-        input.validate("card")?;
+        let kind = input.validate("card")?;
         let now = self.now();
         let id = MessageId::generate(now);
         let card = FeedCard {
             id: id.clone(),
             plugin: actor.plugin.clone(),
             installation_id: actor.installation.clone(),
-            kind: input.kind,
+            kind,
             title: input.title,
             body: input.body,
             primary: input.primary,
