@@ -1,12 +1,12 @@
 //! Cancelling an order: a draft, or an open order with nothing shipped. Unshipped stock goes
 //! back; money is returned with refunds, not here.
 
-use super::{invalid_transition, order_data};
+use super::invalid_transition;
 use crate::model::error::Result;
+use crate::model::event::data::OrderCancelled;
 use crate::model::ids::OrderId;
 use crate::model::order::{CancelOrder, FulfillmentStatus, Order, OrderStatus};
 use crate::model::product::StockChange;
-use crate::model::scopes::EventType;
 use crate::service::Service;
 use crate::service::auth::Actor;
 use crate::service::validate;
@@ -47,8 +47,9 @@ impl Service {
             order.updated_at = now;
             tx.emit(
                 &actor.store,
-                EventType::OrderCancelled,
-                order_data(order),
+                OrderCancelled {
+                    order: order.clone(),
+                },
                 now,
             )?;
             Ok(())

@@ -1,18 +1,16 @@
 //! Shipping items: never more than each line has left; `order.fulfilled` fires when the last
 //! units ship, with the order's summary and the fulfilment that completed it.
 
-use serde_json::json;
-
 use super::invalid_transition;
 use super::lines::{resolve_lines, units_left, validate_line_quantities};
 use crate::model::error::{Error, Result};
+use crate::model::event::data::OrderFulfilled;
 use crate::model::ids::{FulfillmentId, OrderId};
 use crate::model::money::{MAX_FULFILLMENTS, Quantity};
 use crate::model::order::{
     CreateFulfillment, Fulfillment, FulfillmentStatus, LineQuantity, Order, OrderStatus,
     OrderSummary,
 };
-use crate::model::scopes::EventType;
 use crate::service::Service;
 use crate::service::auth::Actor;
 use crate::service::validate;
@@ -124,8 +122,10 @@ impl Service {
             if !was_fulfilled && order.fulfillment_status == FulfillmentStatus::Fulfilled {
                 tx.emit(
                     &actor.store,
-                    EventType::OrderFulfilled,
-                    json!({ "order": OrderSummary::from(&*order), "fulfillment": &fulfillment }),
+                    OrderFulfilled {
+                        order: OrderSummary::from(&*order),
+                        fulfillment: Some(fulfillment.clone()),
+                    },
                     now,
                 )?;
             }

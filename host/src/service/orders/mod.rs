@@ -37,15 +37,15 @@ use crate::model::order::OrderStatus;
 use crate::model::order::UpdateOrder;
 
 use jiff::Timestamp;
-use serde_json::json;
 
 use super::Service;
 use crate::model::customer::Customer;
 use crate::model::error::{Error, Result};
+use crate::model::event::data::OrderCreated;
 use crate::model::ids::{LineItemId, OrderId, ProductId, StoreId, VariantId};
 use crate::model::money::{Money, Quantity};
 use crate::model::product::StockChange;
-use crate::model::scopes::{EventType, Scope};
+use crate::model::scopes::Scope;
 use crate::service::auth::Actor;
 use crate::service::pagination::{Listing, Page, PageRequest};
 use crate::service::validate;
@@ -66,10 +66,6 @@ fn parse_time(field: &str, value: Option<&str>) -> Result<Option<Timestamp>> {
 
 fn invalid_transition(message: impl Into<String>) -> Error {
     Error::conflict("invalid_transition", message)
-}
-
-pub(super) fn order_data(order: &Order) -> serde_json::Value {
-    json!({ "order": order })
 }
 
 impl Service {
@@ -252,8 +248,9 @@ impl Service {
             tx.write(&Order::key(store, &order.id), &order)?;
             tx.emit(
                 &actor.store,
-                EventType::OrderCreated,
-                order_data(&order),
+                OrderCreated {
+                    order: order.clone(),
+                },
                 now,
             )?;
             Ok(order.clone().for_actor(actor))

@@ -1,14 +1,12 @@
 //! Refunds: money, items, or both; never more than was paid, nor more items than were bought,
 //! nor more than [`MAX_REFUNDS`] of them. Each fires `order.refunded`.
 
-use serde_json::json;
-
 use super::lines::{resolve_lines, units_left, validate_line_quantities};
 use crate::model::error::{Error, Result};
+use crate::model::event::data::OrderRefunded;
 use crate::model::ids::{OrderId, RefundId};
 use crate::model::money::{MAX_REFUNDS, Money, Quantity};
 use crate::model::order::{CreateRefund, LineQuantity, Order, OrderSummary, Refund};
-use crate::model::scopes::EventType;
 use crate::service::Service;
 use crate::service::auth::Actor;
 use crate::service::validate;
@@ -130,8 +128,10 @@ impl Service {
             order.updated_at = now;
             tx.emit(
                 &actor.store,
-                EventType::OrderRefunded,
-                json!({ "order": OrderSummary::from(&*order), "refund": &refund }),
+                OrderRefunded {
+                    order: OrderSummary::from(&*order),
+                    refund: refund.clone(),
+                },
                 now,
             )?;
             Ok(refund)

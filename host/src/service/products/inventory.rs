@@ -3,9 +3,9 @@
 //! `product.inventory.updated`, whether an adjustment, an order or a cancellation moved it.
 
 use jiff::Timestamp;
-use serde_json::json;
 
 use crate::model::error::{Error, Result};
+use crate::model::event::data::ProductInventoryUpdated;
 use crate::model::ids::{ProductId, VariantId};
 use crate::model::money::{MAX_STOCK, OutOfRange, Quantity};
 use crate::model::product::AdjustInventory;
@@ -14,7 +14,7 @@ use crate::model::product::Product;
 use crate::model::product::StockChange;
 use crate::model::product::ThresholdCrossing;
 use crate::model::product::Variant;
-use crate::model::scopes::{EventType, Scope};
+use crate::model::scopes::Scope;
 use crate::service::Service;
 use crate::service::auth::Actor;
 use crate::service::validate;
@@ -174,12 +174,11 @@ impl Service {
         if !level.crossed.is_empty() {
             tx.emit(
                 &actor.store,
-                EventType::ProductInventoryUpdated,
-                json!({
-                    "inventory": &level,
-                    "reason": reason,
-                    "product": &product,
-                }),
+                ProductInventoryUpdated {
+                    inventory: level.clone(),
+                    reason: reason.map(str::to_owned),
+                    product,
+                },
                 now,
             )?;
         }

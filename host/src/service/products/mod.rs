@@ -7,6 +7,7 @@
 
 pub mod inventory;
 
+use crate::model::event::data::{ProductCreated, ProductUpdated};
 use crate::model::product::CreateProduct;
 use crate::model::product::Media;
 use crate::model::product::NewVariant;
@@ -16,13 +17,12 @@ use crate::model::product::ProductStatus;
 use crate::model::product::UpdateProduct;
 use crate::model::product::Variant;
 use jiff::Timestamp;
-use serde_json::json;
 
 use super::Service;
 use crate::model::error::{Error, Result};
 use crate::model::ids::{ProductId, VariantId};
 use crate::model::money::Quantity;
-use crate::model::scopes::{EventType, Scope};
+use crate::model::scopes::Scope;
 use crate::service::auth::Actor;
 use crate::service::pagination::{Listing, Page, PageRequest};
 use crate::service::validate;
@@ -117,8 +117,9 @@ impl Service {
             if product.published_at.is_some() {
                 tx.emit(
                     &actor.store,
-                    EventType::ProductCreated,
-                    json!({ "product": &product }),
+                    ProductCreated {
+                        product: product.clone(),
+                    },
                     now,
                 )?;
             }
@@ -256,15 +257,17 @@ impl Service {
             if published_now {
                 tx.emit(
                     &actor.store,
-                    EventType::ProductCreated,
-                    json!({ "product": &product }),
+                    ProductCreated {
+                        product: product.clone(),
+                    },
                     now,
                 )?;
             } else if product.published_at.is_some() && catalogue_changed(&before, &product) {
                 tx.emit(
                     &actor.store,
-                    EventType::ProductUpdated,
-                    json!({ "product": &product }),
+                    ProductUpdated {
+                        product: product.clone(),
+                    },
                     now,
                 )?;
             }
@@ -302,8 +305,9 @@ impl Service {
             if product.published_at.is_some() {
                 tx.emit(
                     &actor.store,
-                    EventType::ProductUpdated,
-                    json!({ "product": &product }),
+                    ProductUpdated {
+                        product: product.clone(),
+                    },
                     now,
                 )?;
             }
