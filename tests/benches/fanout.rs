@@ -12,9 +12,9 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, Uri};
 use commerce_host::delivery::{Engine, EngineConfig};
+use commerce_host::model::event::data::{OrderPaid, PaidOrder};
 use commerce_host::model::plugin::Manifest;
 use commerce_host::model::webhook::NewWebhook;
-use commerce_host::service::EventType;
 
 #[derive(Default)]
 struct Arrivals {
@@ -122,16 +122,17 @@ async fn main() -> anyhow::Result<()> {
     let mut fired = HashMap::new();
     let start = Instant::now();
     for n in 0..events {
-        let data = serde_json::json!({"order": {"id": format!("ord_{n}"), "total": 4200, "currency": "EUR"}});
+        let data = OrderPaid {
+            order: PaidOrder {
+                id: format!("ord_{n}").parse()?,
+                total: 4200,
+                currency: "EUR".into(),
+            },
+        };
         let at = Instant::now();
-        let event = service.db.tx(|tx| {
-            tx.emit(
-                &store.reference(),
-                EventType::OrderPaid,
-                data.clone(),
-                service.now(),
-            )
-        })?;
+        let event = service
+            .db
+            .tx(|tx| tx.emit(&store.reference(), data.clone(), service.now()))?;
         fired.insert(event.id.to_string(), at);
     }
     let fire_elapsed = start.elapsed();

@@ -194,6 +194,136 @@ async fn a_test_event_reaches_only_this_subscription_signed_and_marked() {
         .expect(404);
 }
 
+/// The keys of a JSON object, sorted.
+fn keys(value: &Value) -> Vec<&str> {
+    let mut keys: Vec<&str> = value
+        .as_object()
+        .expect("an object")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    keys
+}
+
+/// The field names listed in `names` (separated by spaces), sorted.
+fn fields(names: &str) -> Vec<&str> {
+    let mut names: Vec<&str> = names.split_whitespace().collect();
+    names.sort_unstable();
+    names
+}
+
+#[tokio::test]
+async fn a_test_event_of_every_type_carries_the_documented_records() {
+    let host = TestHost::start_for_webhooks(|_| {}).await;
+    let receiver = Receiver::start().await;
+    let (store, token) = host
+        .store_with_plugin(
+            "acme.example",
+            &["customers.read", "orders.read", "products.read"],
+        )
+        .await;
+    host.raise_rate_limits(&store).await;
+    let all = [
+        "order.created",
+        "order.paid",
+        "order.fulfilled",
+        "order.cancelled",
+        "order.refunded",
+        "customer.created",
+        "customer.updated",
+        "customer.deleted",
+        "product.created",
+        "product.updated",
+        "product.inventory.updated",
+        "plugin.installed",
+        "plugin.configured",
+        "plugin.uninstalled",
+    ];
+    let wh = subscribe(&host, &token, &receiver.url("/all"), &all).await;
+    for kind in all {
+        post(
+            &host,
+            &token,
+            &format!("/v1/webhooks/{wh}/test"),
+            Some(json!({ "event_type": kind })),
+        )
+        .await
+        .expect(202);
+    }
+    let got = receiver.wait_for("/all", all.len(), WAIT).await;
+    let data = |kind: &str| -> Value {
+        got.iter()
+            .map(Received::json)
+            .find(|e| e["type"] == kind)
+            .unwrap_or_else(|| panic!("no test event {kind}"))["data"]
+            .clone()
+    };
+
+    let order = fields(
+        "id status financial_status fulfillment_status currency customer_id email line_items subtotal total total_paid total_refunded tags note custom_fields fulfillments refunds created_at updated_at paid_at cancelled_at cancel_reason",
+    );
+    let summary = fields(
+        "id status financial_status fulfillment_status currency customer_id email subtotal total total_paid total_refunded created_at updated_at paid_at cancelled_at",
+    );
+    let customer = fields(
+        "id email phone first_name last_name accepts_marketing tags note addresses created_at updated_at",
+    );
+    let product = fields(
+        "id title description status vendor tags media variants published_at created_at updated_at",
+    );
+    for kind in ["order.created", "order.cancelled"] {
+        assert_eq!(keys(&data(kind)["order"]), order, "{kind}");
+    }
+    assert_eq!(data("order.cancelled")["order"]["status"], "cancelled");
+    assert_eq!(
+        keys(&data("order.paid")["order"]),
+        fields("id total currency")
+    );
+    let fulfilled = data("order.fulfilled");
+    assert_eq!(keys(&fulfilled), fields("order fulfillment"));
+    assert_eq!(keys(&fulfilled["order"]), summary);
+    assert_eq!(fulfilled["order"]["fulfillment_status"], "fulfilled");
+    assert_eq!(
+        keys(&fulfilled["fulfillment"]),
+        fields("id line_items tracking_number carrier created_at")
+    );
+    let refunded = data("order.refunded");
+    assert_eq!(keys(&refunded), fields("order refund"));
+    assert_eq!(keys(&refunded["order"]), summary);
+    assert_eq!(
+        keys(&refunded["refund"]),
+        fields("id amount line_items reason created_at")
+    );
+    for kind in ["customer.created", "customer.updated"] {
+        assert_eq!(keys(&data(kind)["customer"]), customer, "{kind}");
+    }
+    assert_eq!(keys(&data("customer.deleted")["customer"]), vec!["id"]);
+    for kind in ["product.created", "product.updated"] {
+        assert_eq!(keys(&data(kind)["product"]), product, "{kind}");
+    }
+    let stock = data("product.inventory.updated");
+    assert_eq!(keys(&stock), fields("inventory reason product"));
+    assert_eq!(keys(&stock["product"]), product);
+    assert_eq!(
+        keys(&stock["inventory"]),
+        fields("product_id variant_id previous_quantity inventory_quantity crossed")
+    );
+    let installed = host.events(&store, "plugin.installed").await;
+    let own = &installed[0]["data"]["installation"];
+    for kind in [
+        "plugin.installed",
+        "plugin.configured",
+        "plugin.uninstalled",
+    ] {
+        assert_eq!(
+            &data(kind)["installation"],
+            own,
+            "{kind}: the subscriber's own installation"
+        );
+    }
+}
+
 #[tokio::test]
 async fn resend_moves_a_pending_delivery_to_now_without_duplicating_it() {
     let host = TestHost::start_for_webhooks(|_| {}).await;

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use super::package;
 use crate::Config;
 use crate::model::customer::CustomerFilter;
-use crate::model::event::{Cause, Event};
+use crate::model::event::{Cause, Event, EventData};
 use crate::model::message::Message;
 use crate::model::order::{Order, OrderFilter};
 use crate::model::plugin::Manifest;
@@ -101,6 +101,15 @@ pub fn run_report(args: &RunArgs) -> anyhow::Result<(Report, bool)> {
         .data
         .as_deref()
         .map(|path| read_json(path, "--data"))
+        .transpose()?
+        .map(|value| {
+            let shown = cut(&value.to_string(), 400);
+            EventData::from_json(kind, value).map_err(|e| {
+                anyhow!(
+                    "the event's data does not fit `{kind}` (check --data): {e}\nthe data was: {shown}"
+                )
+            })
+        })
         .transpose()?;
     let settings = args
         .settings
@@ -195,13 +204,7 @@ pub fn run_report(args: &RunArgs) -> anyhow::Result<(Report, bool)> {
     let outcome = with_cause(cause, || {
         plugins.invoke_with(&service, actor, &manifest, &delivered, true)
     })
-    .map_err(|e| match e.field() {
-        Some(_) => anyhow!(
-            "the event's data does not fit `{kind}` (check --data): {e}\nthe data was: {}",
-            cut(&delivered.data.to_string(), 400)
-        ),
-        None => anyhow!("running the component: {e}"),
-    })?;
+    .map_err(|e| anyhow!("running the component: {e}"))?;
 
     let after = snapshot(&service, &fixtures).map_err(fail("reading the store"))?;
     let fired: Vec<Event> = all(|p| service.list_events(&store.id, None, p))
@@ -537,20 +540,16 @@ fn pick_event(
         .map_err(|e| anyhow!("reading the events: {e}"))?;
     let lifecycle = kind.as_str().starts_with("plugin.");
     let own = |e: &Event| {
-        !lifecycle || e.data["installation"]["id"].as_str() == Some(installation.id.as_str())
+        !lifecycle
+            || e.data
+                .installation()
+                .is_some_and(|about| about.id == installation.id)
     };
     if let Some(event) = events.into_iter().find(own) {
         return Ok(event);
     }
-    if lifecycle {
-        let now = service.now();
-        return Ok(Event {
-            id: crate::model::ids::EventId::generate(now),
-            kind,
-            created_at: now,
-            store: store.reference(),
-            data: json!({ "installation": installation }),
-        });
+    if let Some(data) = EventData::plugin_lifecycle(kind, installation.clone()) {
+        return Ok(Event::new(&store.reference(), data, service.now()));
     }
     bail!("the seeded store has no `{kind}` event to deliver; pass --data with the event's data")
 }
@@ -608,9 +607,16 @@ fn cut(text: &str, max: usize) -> String {
     format!("{}…", &text[..end])
 }
 
+/// An event's data as one line of JSON, its keys in alphabetical order (as `--data` shows it).
+fn data_json(data: &EventData) -> String {
+    serde_json::to_value(data)
+        .map(|value| value.to_string())
+        .unwrap_or_default()
+}
+
 fn write_event(out: &mut String, event: &Event) {
-    let _ = writeln!(out, "event {} {}", event.kind, event.id);
-    let _ = writeln!(out, "  data: {}", cut(&event.data.to_string(), 2000));
+    let _ = writeln!(out, "event {} {}", event.kind(), event.id);
+    let _ = writeln!(out, "  data: {}", cut(&data_json(&event.data), 2000));
 }
 
 /// A host error as the plugin got it.
@@ -766,6 +772,6 @@ fn write_changes(
     }
     let _ = writeln!(out, "events fired: {}", fired.len());
     for event in fired {
-        let _ = writeln!(out, "  {} {}", event.kind, event.id);
+        let _ = writeln!(out, "  {} {}", event.kind(), event.id);
     }
 }

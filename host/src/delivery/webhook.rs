@@ -125,7 +125,7 @@ impl WebhookSender {
             .header(TIMESTAMP_HEADER, timestamp.to_string())
             .header(SIGNATURE_HEADER, signature)
             .header(EVENT_ID_HEADER, event.id.as_str())
-            .header(EVENT_TYPE_HEADER, event.kind.as_str())
+            .header(EVENT_TYPE_HEADER, event.kind().as_str())
             .body(body)
             .send()
             .await;

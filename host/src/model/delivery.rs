@@ -118,7 +118,7 @@ impl Delivery {
             store_id: event.store.id.clone(),
             target: target.clone(),
             event_id: event.id.clone(),
-            event_type: event.kind,
+            event_type: event.kind(),
             event_created_at: event.created_at,
             status: DeliveryStatus::Pending,
             attempts: 0,

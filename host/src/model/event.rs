@@ -1,5 +1,11 @@
 //! Events: the envelope every receiver gets, the outbox entry that queues it for fan-out, and its cause.
 
+pub mod data;
+
+use std::borrow::Cow;
+use std::collections::BTreeSet;
+use std::fmt;
+
 use crate::model::ids::EventId;
 use crate::model::ids::InstallationId;
 use crate::model::ids::StoreId;
@@ -8,7 +14,12 @@ use crate::model::scopes::Scope;
 use jiff::Timestamp;
 use serde::Deserialize;
 use serde::Serialize;
+use serde::de::{self, MapAccess, Visitor};
+use serde::ser::SerializeStruct;
 use utoipa::ToSchema;
+
+pub use data::EventData;
+
 /// How long events are kept.
 pub const EVENT_RETENTION_DAYS: i64 = 30;
 
@@ -22,42 +33,180 @@ pub struct StoreRef {
 }
 
 /// The event envelope: the JSON body of every webhook delivery and what a component receives.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+///
+/// Serialized as `{"id", "type", "created_at", "store", "data"}`, `type` being the type of
+/// `data`; read back by dispatching `data` on `type`.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Event {
     /// Event identifier (`evt_…`).
     pub id: EventId,
-    /// Event name, e.g. `order.paid`.
-    #[serde(rename = "type")]
-    pub kind: EventType,
-    /// When it happened: ISO 8601 UTC with milliseconds.
-    #[serde(with = "crate::model::clock::api_ts")]
-    #[schema(value_type = String, example = "2026-11-22T10:15:30.123Z")]
+    /// When it happened.
     pub created_at: Timestamp,
     /// The store it happened in.
     pub store: StoreRef,
-    /// Event content (see the API docs for each type).
-    #[schema(value_type = Object)]
-    pub data: serde_json::Value,
+    /// What happened: its variant is the event's type.
+    pub data: EventData,
 }
 
 impl Event {
+    /// A new event in `store` at `now`, with a fresh id.
+    pub fn new(store: &StoreRef, data: impl Into<EventData>, now: Timestamp) -> Self {
+        Self {
+            id: EventId::generate(now),
+            created_at: now,
+            store: store.clone(),
+            data: data.into(),
+        }
+    }
+
+    /// The event's type, e.g. `order.paid`.
+    pub fn kind(&self) -> EventType {
+        self.data.kind()
+    }
+
     /// The event as a receiver holding `scopes` may see it, by the rule responses follow: a
     /// buyer's email is customer data, shown only with `customers.read` (`Order::for_actor`).
     /// Order events of a receiver without it carry `"email": null`; the stored event is unchanged,
     /// so a receiver that gains the scope sees the email on the next attempt or replay.
-    pub fn for_scopes(
-        &self,
-        scopes: &std::collections::BTreeSet<Scope>,
-    ) -> std::borrow::Cow<'_, Event> {
-        let has_email = self.data["order"]
-            .get("email")
-            .is_some_and(|email| !email.is_null());
+    pub fn for_scopes(&self, scopes: &BTreeSet<Scope>) -> Cow<'_, Event> {
+        let has_email = self.data.buyer_email().is_some_and(Option::is_some);
         if scopes.contains(&Scope::CustomersRead) || !has_email {
-            return std::borrow::Cow::Borrowed(self);
+            return Cow::Borrowed(self);
         }
         let mut event = self.clone();
-        event.data["order"]["email"] = serde_json::Value::Null;
-        std::borrow::Cow::Owned(event)
+        if let Some(email) = event.data.buyer_email_mut() {
+            *email = None;
+        }
+        Cow::Owned(event)
+    }
+}
+
+/// A timestamp in the API's format, for the envelope's hand-written (de)serialization.
+#[derive(Serialize, Deserialize)]
+#[serde(transparent)]
+struct ApiTs(#[serde(with = "crate::model::clock::api_ts")] Timestamp);
+
+impl Serialize for Event {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut s = serializer.serialize_struct("Event", 5)?;
+        s.serialize_field("id", &self.id)?;
+        s.serialize_field("type", &self.kind())?;
+        s.serialize_field("created_at", &ApiTs(self.created_at))?;
+        s.serialize_field("store", &self.store)?;
+        s.serialize_field("data", &self.data)?;
+        s.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Event {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        const FIELDS: &[&str] = &["id", "type", "created_at", "store", "data"];
+        deserializer.deserialize_struct("Event", FIELDS, EventVisitor)
+    }
+}
+
+/// The fields of an envelope.
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum Field {
+    Id,
+    Type,
+    CreatedAt,
+    Store,
+    Data,
+    #[serde(other)]
+    Other,
+}
+
+/// Reads an envelope; `data` is read straight into the type `type` names, or, in an envelope
+/// that gives `data` first (the host never writes one), kept as JSON until `type` is known.
+struct EventVisitor;
+
+impl<'de> Visitor<'de> for EventVisitor {
+    type Value = Event;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an event envelope")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Event, A::Error> {
+        let mut id = None;
+        let mut kind: Option<EventType> = None;
+        let mut created_at = None;
+        let mut store = None;
+        let mut data = None;
+        let mut early_data: Option<serde_json::Value> = None;
+        while let Some(key) = map.next_key::<Field>()? {
+            match key {
+                Field::Id => id = Some(map.next_value()?),
+                Field::Type => kind = Some(map.next_value()?),
+                Field::CreatedAt => created_at = Some(map.next_value::<ApiTs>()?.0),
+                Field::Store => store = Some(map.next_value()?),
+                Field::Data => match kind {
+                    Some(kind) => data = Some(map.next_value_seed(data::DataOf(kind))?),
+                    None => early_data = Some(map.next_value()?),
+                },
+                Field::Other => {
+                    map.next_value::<de::IgnoredAny>()?;
+                }
+            }
+        }
+        let kind = kind.ok_or_else(|| de::Error::missing_field("type"))?;
+        let data = match (data, early_data) {
+            (Some(data), _) => data,
+            (None, Some(value)) => EventData::from_json(kind, value).map_err(de::Error::custom)?,
+            (None, None) => return Err(de::Error::missing_field("data")),
+        };
+        Ok(Event {
+            id: id.ok_or_else(|| de::Error::missing_field("id"))?,
+            created_at: created_at.ok_or_else(|| de::Error::missing_field("created_at"))?,
+            store: store.ok_or_else(|| de::Error::missing_field("store"))?,
+            data,
+        })
+    }
+}
+
+// The envelope as the OpenAPI document describes it (`data` per type is in the API guide); its
+// doc comment is the schema's description.
+/// The event envelope: the JSON body of every webhook delivery and what a component receives.
+#[derive(Serialize, ToSchema)]
+#[schema(as = Event)]
+#[allow(dead_code)] // only its schema is used
+struct EventSchema {
+    /// Event identifier (`evt_…`).
+    id: EventId,
+    /// Event name, e.g. `order.paid`.
+    #[serde(rename = "type")]
+    kind: EventType,
+    /// When it happened: ISO 8601 UTC with milliseconds.
+    #[serde(with = "crate::model::clock::api_ts")]
+    #[schema(value_type = String, example = "2026-11-22T10:15:30.123Z")]
+    created_at: Timestamp,
+    /// The store it happened in.
+    store: StoreRef,
+    /// Event content (see the API docs for each type).
+    #[schema(value_type = Object)]
+    data: serde_json::Value,
+}
+
+impl utoipa::PartialSchema for Event {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        EventSchema::schema()
+    }
+}
+
+impl ToSchema for Event {
+    fn name() -> Cow<'static, str> {
+        EventSchema::name()
+    }
+
+    fn schemas(
+        schemas: &mut Vec<(
+            String,
+            utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+        )>,
+    ) {
+        EventSchema::schemas(schemas);
     }
 }
 
@@ -115,3 +264,6 @@ pub fn outbox_key(id: &EventId) -> String {
 
 /// Prefix of the outbox.
 pub const OUTBOX_PREFIX: &str = "outbox/";
+
+#[cfg(test)]
+mod tests;

@@ -218,7 +218,7 @@ pub struct AdjustInventory {
 }
 
 /// The result of a stock change.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct InventoryLevel {
     /// The product.
     pub product_id: ProductId,

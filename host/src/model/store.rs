@@ -55,7 +55,7 @@ pub enum InstallationStatus {
 }
 
 /// A plugin installed into a store.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Installation {
     /// Installation id (`inst_…`).
     pub id: InstallationId,

@@ -15,13 +15,15 @@ use crate::model::customer::CreateCustomer;
 use crate::model::customer::Customer;
 use crate::model::customer::CustomerFilter;
 use crate::model::customer::UpdateCustomer;
+use crate::model::event::data::{
+    CustomerCreated, CustomerDeleted, CustomerUpdated, DeletedCustomer,
+};
 use jiff::Timestamp;
-use serde_json::json;
 
 use super::Service;
 use crate::model::error::{Error, Result};
 use crate::model::ids::{AddressId, CustomerId, StoreId};
-use crate::model::scopes::{EventType, Scope};
+use crate::model::scopes::Scope;
 use crate::service::auth::Actor;
 use crate::service::pagination::{Listing, Page, PageRequest};
 use crate::service::validate;
@@ -127,8 +129,9 @@ impl Service {
                 tx.write(&Customer::key(store, &customer.id), &customer)?;
                 tx.emit(
                     &actor.store,
-                    EventType::CustomerCreated,
-                    json!({ "customer": &customer }),
+                    CustomerCreated {
+                        customer: customer.clone(),
+                    },
                     now,
                 )?;
                 Ok(customer.clone())
@@ -251,8 +254,9 @@ impl Service {
             tx.write(&key, &customer)?;
             tx.emit(
                 &actor.store,
-                EventType::CustomerUpdated,
-                json!({ "customer": &customer }),
+                CustomerUpdated {
+                    customer: customer.clone(),
+                },
                 now,
             )?;
             Ok(customer.for_actor(actor))
@@ -275,8 +279,9 @@ impl Service {
             tx.remove(&key)?;
             tx.emit(
                 &actor.store,
-                EventType::CustomerDeleted,
-                json!({ "customer": { "id": id } }),
+                CustomerDeleted {
+                    customer: DeletedCustomer { id: id.clone() },
+                },
                 now,
             )?;
             Ok(())

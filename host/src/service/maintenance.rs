@@ -129,7 +129,7 @@ impl Service {
             newest_first: true,
         }
         .page(&self.db, &self.cursors, page, |e: &Event| {
-            kind.is_none_or(|k| e.kind == k)
+            kind.is_none_or(|k| e.kind() == k)
         })
     }
 }

@@ -10,9 +10,9 @@ use crate::model::store::empty_settings;
 
 use super::Service;
 use crate::model::error::{Error, Result};
+use crate::model::event::data::{PluginConfigured, PluginInstalled, PluginUninstalled};
 use crate::model::ids::{InstallationId, StoreId};
 use crate::model::plugin::{Manifest, Plugin};
-use crate::model::scopes::EventType;
 use crate::model::store::Quotas;
 use crate::model::store::RateLimits;
 use crate::service::auth::{TokenRecord, hash_token, new_token, token_key};
@@ -193,8 +193,9 @@ impl Service {
             )?;
             tx.emit(
                 &store.reference(),
-                EventType::PluginInstalled,
-                serde_json::json!({ "installation": &installation }),
+                PluginInstalled {
+                    installation: installation.clone(),
+                },
                 now,
             )?;
             Ok(())
@@ -260,8 +261,9 @@ impl Service {
             crate::service::webhooks::remove_installation_webhooks(tx, store_id, id)?;
             tx.emit(
                 &store.reference(),
-                EventType::PluginUninstalled,
-                serde_json::json!({ "installation": &installation }),
+                PluginUninstalled {
+                    installation: installation.clone(),
+                },
                 now,
             )?;
             Ok(installation)
@@ -302,8 +304,9 @@ impl Service {
             tx.write(&key, &installation)?;
             tx.emit(
                 &store.reference(),
-                EventType::PluginConfigured,
-                serde_json::json!({ "installation": &installation }),
+                PluginConfigured {
+                    installation: installation.clone(),
+                },
                 now,
             )?;
             Ok(installation)

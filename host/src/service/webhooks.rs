@@ -39,82 +39,6 @@ use crate::service::pagination::{Listing, Page, PageRequest};
 use crate::service::plugins::parse_events;
 use crate::storage::Tx;
 
-/// Example `data` of a test event, in the documented shape of its type.
-pub fn example_data(
-    kind: EventType,
-    installation: &InstallationId,
-    now: Timestamp,
-) -> serde_json::Value {
-    use crate::model::ids::{CustomerId, FulfillmentId, OrderId, ProductId, RefundId, VariantId};
-    use serde_json::json;
-    let ts = crate::model::clock::format_ts(now);
-    let order_id = OrderId::generate(now);
-    let customer_id = CustomerId::generate(now);
-    let product_id = ProductId::generate(now);
-    let variant_id = VariantId::generate(now);
-    let summary = |financial: &str, fulfillment: &str, refunded: i64| {
-        json!({
-            "id": order_id, "status": "open", "financial_status": financial,
-            "fulfillment_status": fulfillment, "currency": "USD", "customer_id": customer_id,
-            "email": "buyer@example.com", "subtotal": 2500, "total": 2500, "total_paid": 2500,
-            "total_refunded": refunded, "created_at": ts, "updated_at": ts, "paid_at": ts,
-            "cancelled_at": null,
-        })
-    };
-    let order = |status: &str, financial: &str| {
-        json!({
-            "id": order_id, "status": status, "financial_status": financial,
-            "fulfillment_status": "unfulfilled", "currency": "USD", "customer_id": customer_id,
-            "email": "buyer@example.com", "subtotal": 2500, "total": 2500, "total_paid": 0,
-            "total_refunded": 0, "created_at": ts, "updated_at": ts, "paid_at": null,
-            "cancelled_at": if status == "cancelled" { json!(ts) } else { json!(null) },
-            "line_items": [{"variant_id": variant_id, "product_id": product_id, "title": "Test item",
-                "quantity": 1, "unit_price": 2500}],
-        })
-    };
-    let customer = json!({
-        "id": customer_id, "email": "buyer@example.com", "first_name": "Test",
-        "last_name": "Buyer", "created_at": ts, "updated_at": ts,
-    });
-    let product = json!({
-        "id": product_id, "title": "Test product", "status": "active", "created_at": ts,
-        "updated_at": ts,
-        "variants": [{"id": variant_id, "title": "Default", "price": 2500, "currency": "USD",
-            "inventory_quantity": 4}],
-    });
-    let installation = json!({"id": installation, "status": "active"});
-    match kind {
-        EventType::OrderCreated => json!({ "order": order("open", "pending") }),
-        EventType::OrderPaid => {
-            json!({ "order": { "id": order_id, "total": 2500, "currency": "USD" } })
-        }
-        EventType::OrderFulfilled => json!({
-            "order": summary("paid", "fulfilled", 0),
-            "fulfillment": {"id": FulfillmentId::generate(now), "created_at": ts,
-                "line_items": [{"line_item_id": "li_test", "quantity": 1}]},
-        }),
-        EventType::OrderCancelled => json!({ "order": order("cancelled", "pending") }),
-        EventType::OrderRefunded => json!({
-            "order": summary("refunded", "unfulfilled", 2500),
-            "refund": {"id": RefundId::generate(now), "amount": 2500, "currency": "USD",
-                "created_at": ts},
-        }),
-        EventType::CustomerCreated | EventType::CustomerUpdated => json!({ "customer": customer }),
-        EventType::CustomerDeleted => json!({ "customer": { "id": customer_id } }),
-        EventType::ProductCreated | EventType::ProductUpdated => json!({ "product": product }),
-        EventType::ProductInventoryUpdated => json!({
-            "inventory": {"product_id": product_id, "variant_id": variant_id,
-                "previous_quantity": 6, "inventory_quantity": 4,
-                "crossed": [{"threshold": "low_stock", "value": 5, "direction": "down"}]},
-            "reason": "test",
-            "product": product,
-        }),
-        EventType::PluginInstalled | EventType::PluginConfigured | EventType::PluginUninstalled => {
-            json!({ "installation": installation })
-        }
-    }
-}
-
 /// Checks a webhook URL's form: `http` or `https`, with a host, at most 2048 bytes.
 pub fn validate_url(field: &str, raw: &str) -> Result<Url> {
     if raw.len() > MAX_URL_BYTES {
@@ -569,13 +493,15 @@ impl Service {
             }
         };
         let now = self.now();
-        let event = Event {
-            id: crate::model::ids::EventId::generate(now),
-            kind,
-            created_at: now,
-            store: actor.store.clone(),
-            data: example_data(kind, &sub.installation_id, now),
-        };
+        let installation: Installation = self
+            .db
+            .read(&Installation::key(&sub.store_id, &sub.installation_id))?
+            .ok_or_else(|| Error::not_found("webhook", id))?;
+        let event = Event::new(
+            &actor.store,
+            crate::service::events::examples::example_data(kind, &installation, now),
+            now,
+        );
         let target = sub.target();
         self.db
             .tx(|tx| crate::service::deliveries::queue::enqueue_test(tx, &event, &target, now))

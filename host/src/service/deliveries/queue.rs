@@ -100,7 +100,7 @@ pub fn fan_out(
             Ok(true)
         })?;
         if fanned && let Some(event) = &event {
-            metrics.event_emitted(event.kind.as_str());
+            metrics.event_emitted(event.kind().as_str());
         }
     }
     Ok(batch.len())

@@ -48,21 +48,19 @@ pub enum TargetState {
 /// A lifecycle event (`plugin.*`) concerns one installation: only that installation's targets
 /// receive it. Other events concern the whole store.
 fn concerns(event: &Event, installation: &InstallationId) -> bool {
-    match event.kind {
-        EventType::PluginInstalled | EventType::PluginConfigured | EventType::PluginUninstalled => {
-            event.data["installation"]["id"].as_str() == Some(installation.as_str())
-        }
-        _ => true,
-    }
+    event
+        .data
+        .installation()
+        .is_none_or(|about| &about.id == installation)
 }
 
 /// Whether an installation's component takes `event`: it subscribed to it, and the installation
 /// is active, or the event is its own `plugin.uninstalled` (the last event it receives).
 fn component_takes(installation: &Installation, event: &Event) -> bool {
-    installation.component_events.contains(&event.kind)
+    installation.component_events.contains(&event.kind())
         && concerns(event, &installation.id)
         && (installation.status == InstallationStatus::Active
-            || event.kind == EventType::PluginUninstalled)
+            || event.kind() == EventType::PluginUninstalled)
 }
 
 /// Loads a target for an attempt at `event`.
@@ -101,7 +99,7 @@ pub fn candidates(db: &Db, store: &StoreId, event: &Event) -> Result<Vec<TargetR
     db.scan_all(
         &Subscription::store_prefix(store),
         |_, sub: Subscription| {
-            if sub.events.contains(&event.kind) && concerns(event, &sub.installation_id) {
+            if sub.events.contains(&event.kind()) && concerns(event, &sub.installation_id) {
                 out.push(sub.target());
             }
             Ok(())
@@ -127,7 +125,9 @@ pub fn wants_in_tx(
     Ok(match target {
         TargetRef::Webhook(id) => tx
             .read::<Subscription>(&Subscription::key(store, id))?
-            .filter(|sub| sub.events.contains(&event.kind) && concerns(event, &sub.installation_id))
+            .filter(|sub| {
+                sub.events.contains(&event.kind()) && concerns(event, &sub.installation_id)
+            })
             .map(|sub| sub.status == WebhookStatus::Active),
         TargetRef::Component(id) => tx
             .read::<Installation>(&Installation::key(store, id))?

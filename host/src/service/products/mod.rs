@@ -2,54 +2,30 @@
 //!
 //! A product is created as `draft` or `active`; it is *published* the first time it is active,
 //! which fires `product.created`. A change of title, media, a variant's price, or the variants
-//! themselves fires `product.updated` (for published products). Stock lives on variants; crossing
-//! zero or the variant's low-stock threshold, in either direction, fires
-//! `product.inventory.updated`. Stock never goes below zero.
+//! themselves fires `product.updated` (for published products). This module is the catalogue;
+//! stock, which lives on variants, is [`inventory`]'s.
 
-use crate::model::product::AdjustInventory;
+pub mod inventory;
+
+use crate::model::event::data::{ProductCreated, ProductUpdated};
 use crate::model::product::CreateProduct;
-use crate::model::product::InventoryLevel;
 use crate::model::product::Media;
 use crate::model::product::NewVariant;
 use crate::model::product::Product;
 use crate::model::product::ProductFilter;
 use crate::model::product::ProductStatus;
-use crate::model::product::StockChange;
-use crate::model::product::ThresholdCrossing;
 use crate::model::product::UpdateProduct;
 use crate::model::product::Variant;
 use jiff::Timestamp;
-use serde_json::json;
 
 use super::Service;
 use crate::model::error::{Error, Result};
 use crate::model::ids::{ProductId, VariantId};
-use crate::model::money::{MAX_STOCK, OutOfRange, Quantity};
-use crate::model::scopes::{EventType, Scope};
+use crate::model::money::Quantity;
+use crate::model::scopes::Scope;
 use crate::service::auth::Actor;
 use crate::service::pagination::{Listing, Page, PageRequest};
 use crate::service::validate;
-use crate::storage::Tx;
-
-/// The thresholds crossed going from `before` to `after` stock.
-pub fn crossings(before: i64, after: i64, low: Option<i64>) -> Vec<ThresholdCrossing> {
-    let mut out = Vec::new();
-    let mut check = |name: &str, value: i64| {
-        let (was, is) = (before <= value, after <= value);
-        if was != is {
-            out.push(ThresholdCrossing {
-                threshold: name.to_owned(),
-                value,
-                direction: if is { "down" } else { "up" }.to_owned(),
-            });
-        }
-    };
-    check("out_of_stock", 0);
-    if let Some(low) = low.filter(|l| *l > 0) {
-        check("low_stock", low);
-    }
-    out
-}
 
 fn validate_media(field: &str, media: &[Media]) -> Result<()> {
     if media.len() > 20 {
@@ -141,8 +117,9 @@ impl Service {
             if product.published_at.is_some() {
                 tx.emit(
                     &actor.store,
-                    EventType::ProductCreated,
-                    json!({ "product": &product }),
+                    ProductCreated {
+                        product: product.clone(),
+                    },
                     now,
                 )?;
             }
@@ -280,15 +257,17 @@ impl Service {
             if published_now {
                 tx.emit(
                     &actor.store,
-                    EventType::ProductCreated,
-                    json!({ "product": &product }),
+                    ProductCreated {
+                        product: product.clone(),
+                    },
                     now,
                 )?;
             } else if product.published_at.is_some() && catalogue_changed(&before, &product) {
                 tx.emit(
                     &actor.store,
-                    EventType::ProductUpdated,
-                    json!({ "product": &product }),
+                    ProductUpdated {
+                        product: product.clone(),
+                    },
                     now,
                 )?;
             }
@@ -326,158 +305,14 @@ impl Service {
             if product.published_at.is_some() {
                 tx.emit(
                     &actor.store,
-                    EventType::ProductUpdated,
-                    json!({ "product": &product }),
+                    ProductUpdated {
+                        product: product.clone(),
+                    },
                     now,
                 )?;
             }
             Ok(product)
         })
-    }
-
-    /// Increments or sets a variant's stock; stock never goes below zero.
-    pub fn adjust_inventory(
-        &self,
-        actor: &Actor,
-        input: AdjustInventory,
-    ) -> Result<InventoryLevel> {
-        actor.require(Scope::ProductsWrite)?;
-        validate::opt_text("reason", input.reason.as_deref(), 255)?;
-        let change = match (input.delta, input.set) {
-            (Some(delta), None) if (-MAX_STOCK..=MAX_STOCK).contains(&delta) => {
-                StockChange::Delta(delta)
-            }
-            (Some(delta), None) => {
-                return Err(Error::invalid(
-                    "delta",
-                    format!("must be from -{MAX_STOCK} to {MAX_STOCK}; got {delta}"),
-                ));
-            }
-            (None, Some(set)) => StockChange::Set(Quantity::stock("set", set)?.units()),
-            _ => {
-                return Err(Error::invalid(
-                    "delta",
-                    "give exactly one of `delta` and `set`",
-                ));
-            }
-        };
-        let now = self.now();
-        self.db.tx(|tx| {
-            // The variant is the resource acted on: another store's (or no) variant is not found.
-            if tx
-                .read::<ProductId>(&Product::variant_index_key(
-                    actor.store_id(),
-                    &input.variant_id,
-                ))?
-                .is_none()
-            {
-                return Err(Error::not_found("variant", &input.variant_id));
-            }
-            let (level, _) = self.apply_stock(
-                tx,
-                actor,
-                &input.variant_id,
-                change,
-                "variant_id",
-                input.reason.as_deref(),
-                now,
-            )?;
-            Ok(level)
-        })
-    }
-
-    /// Changes stock inside a transaction (inventory adjust, orders, cancellations), firing
-    /// `product.inventory.updated` when a threshold is crossed.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn apply_stock(
-        &self,
-        tx: &mut Tx<'_>,
-        actor: &Actor,
-        variant_id: &VariantId,
-        change: StockChange,
-        field: &str,
-        reason: Option<&str>,
-        now: Timestamp,
-    ) -> Result<(InventoryLevel, Variant)> {
-        let store = actor.store_id();
-        let product_id: ProductId = tx
-            .read(&Product::variant_index_key(store, variant_id))?
-            .ok_or_else(|| {
-                Error::invalid(field, format!("no variant `{variant_id}` in this store"))
-            })?;
-        let key = Product::key(store, &product_id);
-        let mut product: Product = tx
-            .read(&key)?
-            .ok_or_else(|| Error::not_found("product", &product_id))?;
-        let variant = product
-            .variants
-            .iter_mut()
-            .find(|v| &v.id == variant_id)
-            .ok_or_else(|| {
-                Error::invalid(field, format!("no variant `{variant_id}` in this store"))
-            })?;
-        let before = variant.inventory_quantity;
-        let error_field = || {
-            if field == "variant_id" {
-                "delta".to_owned()
-            } else {
-                field.to_owned()
-            }
-        };
-        let shifted = match change {
-            StockChange::Delta(d) => Quantity::stored("inventory_quantity", before)?.shifted(d),
-            StockChange::Set(s) => Quantity::new(s).ok_or(if s < 0 {
-                OutOfRange::BelowZero
-            } else {
-                OutOfRange::AboveMax
-            }),
-        };
-        let after = match shifted {
-            Ok(after) => after.units(),
-            Err(OutOfRange::BelowZero) => {
-                return Err(Error::Conflict {
-                    code: "insufficient_stock",
-                    message: format!(
-                        "variant `{variant_id}` has {before} in stock; it cannot go below zero"
-                    ),
-                    field: Some(error_field()),
-                });
-            }
-            Err(OutOfRange::AboveMax) => {
-                return Err(Error::Conflict {
-                    code: "stock_limit_exceeded",
-                    message: format!(
-                        "variant `{variant_id}` has {before} in stock; it cannot go above {MAX_STOCK}"
-                    ),
-                    field: Some(error_field()),
-                });
-            }
-        };
-        variant.inventory_quantity = after;
-        let crossed = crossings(before, after, variant.low_stock_threshold);
-        let variant = variant.clone();
-        product.updated_at = now;
-        tx.write(&key, &product)?;
-        let level = InventoryLevel {
-            product_id: product_id.clone(),
-            variant_id: variant_id.clone(),
-            previous_quantity: before,
-            inventory_quantity: after,
-            crossed,
-        };
-        if !level.crossed.is_empty() {
-            tx.emit(
-                &actor.store,
-                EventType::ProductInventoryUpdated,
-                json!({
-                    "inventory": &level,
-                    "reason": reason,
-                    "product": &product,
-                }),
-                now,
-            )?;
-        }
-        Ok((level, variant))
     }
 }
 

@@ -3,9 +3,14 @@
 //! An event is written in the same transaction as the change that fires it, together with an
 //! outbox entry that the delivery engine consumes. A crash after the commit loses nothing; a crash
 //! before it fires nothing.
+//!
+//! [`examples`] holds the example data of test events.
+
+pub mod examples;
 
 use crate::model::event::Cause;
 use crate::model::event::Event;
+use crate::model::event::EventData;
 use crate::model::event::OutboxEntry;
 use crate::model::event::StoreRef;
 use crate::model::event::event_key;
@@ -13,8 +18,6 @@ use crate::model::event::outbox_key;
 use jiff::Timestamp;
 
 use crate::model::error::Result;
-use crate::model::ids::EventId;
-use crate::model::scopes::EventType;
 use crate::storage::Tx;
 
 thread_local! {
@@ -40,22 +43,15 @@ fn current_cause() -> Option<Cause> {
 }
 
 impl Tx<'_> {
-    /// Records `kind` with `data` in `store` as part of this transaction, and queues it for
-    /// delivery. Returns the event.
+    /// Records the event `data` (whose variant is the event's type) in `store` as part of this
+    /// transaction, and queues it for delivery. Returns the event.
     pub fn emit(
         &mut self,
         store: &StoreRef,
-        kind: EventType,
-        data: serde_json::Value,
+        data: impl Into<EventData>,
         now: Timestamp,
     ) -> Result<Event> {
-        let event = Event {
-            id: EventId::generate(now),
-            kind,
-            created_at: now,
-            store: store.clone(),
-            data,
-        };
+        let event = Event::new(store, data, now);
         self.write(&event_key(&store.id, &event.id), &event)?;
         self.write(
             &outbox_key(&event.id),

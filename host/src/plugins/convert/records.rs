@@ -1,11 +1,9 @@
-//! Conversions between the service layer's records and the WIT records. The WIT records have the
-//! same fields as the REST JSON, so these are one-to-one.
+//! Records: orders, products, stock levels and customers to their WIT records, and the WIT
+//! inputs of the host calls to the service layer's request bodies. The WIT records have the same
+//! fields as the REST JSON, so these are one-to-one.
 
 use std::collections::BTreeMap;
 
-use super::bindings::commerce::plugin::{
-    customers as wc, events as we, inventory as wi, orders as wo, products as wp, types as wt,
-};
 use crate::model::clock::format_ts;
 use crate::model::customer::{Address, AddressInput, CreateCustomer, Customer, UpdateCustomer};
 use crate::model::error::Error;
@@ -17,60 +15,9 @@ use crate::model::product::{
     CreateProduct, InventoryLevel, Media, NewVariant, Product, ProductStatus, UpdateProduct,
     Variant, VariantPatch,
 };
-use crate::service::pagination::{PageInfo, PageParams};
-
-/// A typed host error for the plugin; internal details stay in the host's log.
-pub fn host_error(e: Error) -> wt::HostError {
-    match e {
-        Error::Validation { field, message } => {
-            wt::HostError::Invalid(wt::FieldError { field, message })
-        }
-        Error::BadRequest { field, message, .. } => wt::HostError::Invalid(wt::FieldError {
-            field: field.unwrap_or_default(),
-            message,
-        }),
-        Error::MissingScope { scope } => wt::HostError::Forbidden(scope.to_owned()),
-        Error::Forbidden { code, .. } => wt::HostError::Forbidden(code.to_owned()),
-        Error::Unauthorized(_) => wt::HostError::Forbidden("installation".to_owned()),
-        Error::NotFound { .. } | Error::NoRoute(_) => wt::HostError::NotFound,
-        Error::Conflict {
-            code,
-            message,
-            field,
-        } => wt::HostError::Conflict(wt::RuleError {
-            code: code.to_owned(),
-            message,
-            field,
-        }),
-        Error::RateLimited { retry_after } => {
-            wt::HostError::RateLimited(u32::try_from(retry_after).unwrap_or(u32::MAX))
-        }
-        Error::QuotaExceeded { retry_after, .. } => {
-            wt::HostError::QuotaExceeded(u32::try_from(retry_after).unwrap_or(u32::MAX))
-        }
-        Error::Internal(e) => {
-            tracing::error!(error = %format!("{e:#}"), "host function failed");
-            wt::HostError::Internal("internal error".to_owned())
-        }
-        other => wt::HostError::Internal(other.to_string()),
-    }
-}
-
-/// A WIT page request as the REST query parameters.
-pub fn page_params(page: &wt::PageRequest) -> PageParams {
-    PageParams {
-        limit: page.limit.map(|l| l.to_string()),
-        cursor: page.cursor.clone(),
-    }
-}
-
-/// Page info.
-pub fn page_info(info: PageInfo) -> wt::PageInfo {
-    wt::PageInfo {
-        next_cursor: info.next_cursor,
-        has_more: info.has_more,
-    }
-}
+use crate::plugins::bindings::commerce::plugin::{
+    customers as wc, inventory as wi, orders as wo, products as wp, types as wt,
+};
 
 fn opt_ts(ts: Option<jiff::Timestamp>) -> Option<String> {
     ts.map(format_ts)
@@ -226,7 +173,7 @@ pub fn order(o: Order) -> wt::Order {
 /// The order of `order.fulfilled` / `order.refunded`, from its summary: the WIT record is the
 /// full `order`, so the lists the summary leaves out hold only what the event is about (the
 /// fulfilment or refund); line items, tags, note and custom fields are empty.
-fn summary_order(
+pub(super) fn summary_order(
     s: OrderSummary,
     fulfillments: Vec<Fulfillment>,
     refunds: Vec<Refund>,
@@ -527,117 +474,4 @@ pub fn customer_patch(c: wc::CustomerPatch) -> UpdateCustomer {
         note: c.note,
         addresses: c.addresses.map(addresses_in),
     }
-}
-
-/// The typed event for a plugin, from the stored envelope.
-pub fn event(e: &crate::model::event::Event) -> anyhow::Result<we::Event> {
-    use crate::model::scopes::EventType as T;
-    let data = &e.data;
-    let field = |name: &str| {
-        data.get(name)
-            .cloned()
-            .ok_or_else(|| anyhow::anyhow!("event {} has no `{name}`", e.id))
-    };
-    let typed = match e.kind {
-        T::OrderCreated | T::OrderCancelled => {
-            let o = order(serde_json::from_value(field("order")?)?);
-            match e.kind {
-                T::OrderCreated => we::EventData::OrderCreated(o),
-                _ => we::EventData::OrderCancelled(o),
-            }
-        }
-        T::OrderFulfilled => {
-            // Events stored before the summary have no `fulfillment`: an empty list then.
-            let fulfillments = data
-                .get("fulfillment")
-                .map(|f| serde_json::from_value(f.clone()))
-                .transpose()?
-                .into_iter()
-                .collect();
-            we::EventData::OrderFulfilled(summary_order(
-                serde_json::from_value(field("order")?)?,
-                fulfillments,
-                Vec::new(),
-            ))
-        }
-        T::OrderPaid => {
-            #[derive(serde::Deserialize)]
-            struct Paid {
-                id: String,
-                total: i64,
-                currency: String,
-            }
-            let p: Paid = serde_json::from_value(field("order")?)?;
-            we::EventData::OrderPaid(we::PaidOrder {
-                id: p.id,
-                total: p.total,
-                currency: p.currency,
-            })
-        }
-        T::OrderRefunded => {
-            let issued: Refund = serde_json::from_value(field("refund")?)?;
-            we::EventData::OrderRefunded(we::OrderRefund {
-                order: summary_order(
-                    serde_json::from_value(field("order")?)?,
-                    Vec::new(),
-                    vec![issued.clone()],
-                ),
-                refund: refund(issued),
-            })
-        }
-        T::CustomerCreated => {
-            we::EventData::CustomerCreated(customer(serde_json::from_value(field("customer")?)?))
-        }
-        T::CustomerUpdated => {
-            we::EventData::CustomerUpdated(customer(serde_json::from_value(field("customer")?)?))
-        }
-        T::CustomerDeleted => we::EventData::CustomerDeleted(
-            field("customer")?
-                .get("id")
-                .and_then(|v| v.as_str())
-                .unwrap_or_default()
-                .to_owned(),
-        ),
-        T::ProductCreated => {
-            we::EventData::ProductCreated(product(serde_json::from_value(field("product")?)?))
-        }
-        T::ProductUpdated => {
-            we::EventData::ProductUpdated(product(serde_json::from_value(field("product")?)?))
-        }
-        T::ProductInventoryUpdated => we::EventData::ProductInventoryUpdated(we::InventoryChange {
-            inventory: level(serde_json::from_value(field("inventory")?)?),
-            reason: data
-                .get("reason")
-                .and_then(|r| r.as_str())
-                .map(str::to_owned),
-            product: product(serde_json::from_value(field("product")?)?),
-        }),
-        T::PluginInstalled | T::PluginConfigured | T::PluginUninstalled => {
-            let i: crate::model::store::Installation =
-                serde_json::from_value(field("installation")?)?;
-            let info = we::Installation {
-                id: i.id.to_string(),
-                plugin: i.plugin,
-                version: i.version,
-                scopes: i.scopes.iter().map(|s| s.as_str().to_owned()).collect(),
-                settings: i.settings.to_string(),
-            };
-            match e.kind {
-                T::PluginInstalled => we::EventData::PluginInstalled(info),
-                T::PluginConfigured => we::EventData::PluginConfigured(info),
-                _ => we::EventData::PluginUninstalled(info),
-            }
-        }
-    };
-    Ok(we::Event {
-        id: e.id.to_string(),
-        type_: e.kind.as_str().to_owned(),
-        created_at: format_ts(e.created_at),
-        store: we::StoreRef {
-            id: e.store.id.to_string(),
-            domain: e.store.domain.clone(),
-        },
-        data: typed,
-        raw_data: data.to_string(),
-    })
 }
