@@ -44,7 +44,8 @@ pub struct Config {
     pub smtp_url: Option<String>,
     /// The sender of the host's own mail.
     pub mail_from: String,
-    /// How often (real time) the message worker looks for retries that came due on `clock`; it
+    /// How often (real time) the delivery engine looks for message retries that came due on
+    /// `clock` at the latest (it polls at the shorter of this and `delivery_poll_interval`); it
     /// also wakes at once whenever a message is queued.
     pub message_poll_interval: std::time::Duration,
 }
@@ -228,7 +229,9 @@ impl From<&Config> for crate::delivery::EngineConfig {
         Self {
             concurrency: config.delivery_concurrency.max(1),
             component_concurrency: config.plugin_runtime.max_concurrent_instances.max(1) as usize,
-            poll_interval: config.delivery_poll_interval,
+            poll_interval: config
+                .delivery_poll_interval
+                .min(config.message_poll_interval),
             webhook_timeout: config.webhook_timeout,
             smtp_url: config.smtp_url.clone(),
             mail_from: config.mail_from.clone(),

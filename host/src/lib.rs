@@ -33,6 +33,11 @@ pub fn open_service(config: &Config) -> anyhow::Result<Service> {
     let options = service::Options {
         allow_networks: config.webhook_allow_networks.clone(),
         plugin_limits: config.plugin_limits.clone(),
+        mail_route: if config.smtp_url.is_some() {
+            service::mail::MailRoute::Smtp
+        } else {
+            service::mail::MailRoute::Outbox
+        },
     };
     service::Service::with_options(db, config.clock.clone(), &admin_token, options)
         .map_err(|e| anyhow::anyhow!("{e:#}"))
@@ -54,7 +59,7 @@ pub async fn run(
     let maintenance = tokio::spawn(maintenance_loop(
         service.clone(),
         config.maintenance_interval,
-        stop_rx.clone(),
+        stop_rx,
     ));
     let engine = delivery::Engine::start(
         service.clone(),
@@ -67,11 +72,6 @@ pub async fn run(
         plugins: plugins.clone(),
         engine_alive: engine.alive(),
     });
-    let messages = tokio::spawn(delivery::messages::run(
-        service.clone(),
-        config.message_poll_interval,
-        stop_rx.clone(),
-    ));
     tracing::info!(addr = %listener.local_addr()?, data = %config.data_dir.display(), "commerce-host listening");
     // Shutdown is bounded: from the signal on, everything in flight gets `shutdown_grace` in all.
     let (signalled_tx, mut signalled) = tokio::sync::watch::channel(false);
@@ -92,11 +92,13 @@ pub async fn run(
     let deadline = tokio::time::Instant::now() + config.shutdown_grace;
     let _ = stop_tx.send(true);
     engine.stop(deadline).await;
-    for (name, mut task) in [("housekeeping", maintenance), ("message sending", messages)] {
-        if tokio::time::timeout_at(deadline, &mut task).await.is_err() {
-            tracing::warn!("shutdown: {name} still running after the grace period was dropped");
-            task.abort();
-        }
+    let mut maintenance = maintenance;
+    if tokio::time::timeout_at(deadline, &mut maintenance)
+        .await
+        .is_err()
+    {
+        tracing::warn!("shutdown: housekeeping still running after the grace period was dropped");
+        maintenance.abort();
     }
     served?;
     service.db.flush().map_err(|e| anyhow::anyhow!("{e:#}"))?;

@@ -90,7 +90,8 @@ impl TargetKind {
     }
 }
 
-/// How a notification moved: accepted at the request, then sent or finally failed by the worker.
+/// How a notification moved: accepted at the request, then sent or finally failed by the
+/// delivery engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NotificationOutcome {
     /// Accepted (queued, put in the outbox, or shown).
@@ -180,12 +181,12 @@ impl Metrics {
             );
             describe_gauge!(
                 QUEUE_DUE,
-                "Delivery queue entries due now (in flight included), counted up to 10000."
+                "Work queue entries (deliveries, messages, host mail) due now (in flight included), counted up to 10000."
             );
             describe_gauge!(
                 QUEUE_OLDEST_AGE,
                 Unit::Seconds,
-                "How long the oldest due delivery queue entry has been due (0 when none is)."
+                "How long the oldest due work queue entry has been due (0 when none is)."
             );
             describe_counter!(
                 TARGETS_PAUSED,

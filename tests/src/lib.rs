@@ -117,6 +117,15 @@ impl TestHost {
         Self::start_with(data, ManualClock::new(epoch()), Arc::new(adjust)).await
     }
 
+    /// Starts a host whose manual clock starts at `start` instead of [`epoch`].
+    pub async fn start_at(
+        start: jiff::Timestamp,
+        adjust: impl Fn(&mut Config) + Send + Sync + 'static,
+    ) -> Self {
+        let data = Arc::new(tempfile::tempdir().expect("temp dir"));
+        Self::start_with(data, ManualClock::new(start), Arc::new(adjust)).await
+    }
+
     /// Starts a host for webhook tests: webhooks may go to 127.0.0.0/8 (where the test
     /// receivers listen), the engine polls every 10 ms, and `adjust` may change more.
     pub async fn start_for_webhooks(adjust: impl Fn(&mut Config) + Send + Sync + 'static) -> Self {

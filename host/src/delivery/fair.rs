@@ -6,8 +6,11 @@
 //! [`MAX_IN_FLIGHT_PER_TARGET`]; and once half the pool is in use, one installation, one plugin
 //! (across every store that installed it) and one store each take at most a share of it, so slow
 //! receivers or slow components of one plugin or one store always leave room to the others,
-//! while a lone busy plugin can still use half the pool. The due queue is read in due order and
-//! an entry over its share waits for a later round.
+//! while a lone busy plugin can still use half the pool. Each lane of the work queue is read in
+//! due order and an entry over its share waits for a later round.
+//!
+//! Messages and the host's mail draw from a third pool, bounded ([`MESSAGE_CONCURRENCY`]) but not
+//! shared out: they were never shared between stores, and a merchant's own sender carries them.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -16,6 +19,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// At most this many attempts to one target run at once.
 pub const MAX_IN_FLIGHT_PER_TARGET: usize = 8;
+/// Messages and host mails sent at once.
+pub const MESSAGE_CONCURRENCY: usize = 8;
 /// One installation (its subscriptions and its component together) takes at most 1/4 of a pool.
 const INSTALLATION_SHARE: usize = 4;
 /// One plugin, over every store that installed it, takes at most 1/4 of a pool.
@@ -30,15 +35,22 @@ pub enum Kind {
     Webhook,
     /// An invocation of an installed component.
     Component,
+    /// A message through a merchant's sender, or a mail of the host.
+    Message,
 }
 
 /// What one attempt counts against.
 #[derive(Debug, Clone)]
 pub struct Slot {
+    /// The pool it draws from.
     pub kind: Kind,
+    /// The target (a subscription, a component; for a message, its queue entry).
     pub target: String,
+    /// The installation behind it.
     pub installation: String,
+    /// The plugin behind it.
     pub plugin: String,
+    /// The store.
     pub store: String,
 }
 
@@ -58,6 +70,16 @@ impl Caps {
             installation: (concurrency / INSTALLATION_SHARE).max(1),
             plugin: (concurrency / PLUGIN_SHARE).max(1),
             store: (concurrency / STORE_SHARE).max(1),
+        }
+    }
+
+    /// No shares: only the pool's size bounds it.
+    fn unshared(concurrency: usize) -> Self {
+        Self {
+            target: concurrency,
+            installation: concurrency,
+            plugin: concurrency,
+            store: concurrency,
         }
     }
 }
@@ -112,9 +134,32 @@ impl Counts {
 #[derive(Debug)]
 struct Pool {
     permits: Arc<Semaphore>,
+    size: usize,
     caps: Caps,
     /// At or below this many free places, the shares apply (half the pool).
     contended_below: usize,
+}
+
+impl Pool {
+    fn shared(n: usize) -> Self {
+        let n = n.max(1);
+        Self {
+            permits: Arc::new(Semaphore::new(n)),
+            size: n,
+            caps: Caps::of(n),
+            contended_below: n.div_ceil(2),
+        }
+    }
+
+    fn unshared(n: usize) -> Self {
+        let n = n.max(1);
+        Self {
+            permits: Arc::new(Semaphore::new(n)),
+            size: n,
+            caps: Caps::unshared(n),
+            contended_below: 0,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -122,13 +167,25 @@ struct State {
     due_keys: HashSet<String>,
     webhooks: Counts,
     components: Counts,
+    messages: Counts,
 }
 
-/// The engine's concurrency: two pools and the attempts running in them.
+impl State {
+    fn counts(&mut self, kind: Kind) -> &mut Counts {
+        match kind {
+            Kind::Webhook => &mut self.webhooks,
+            Kind::Component => &mut self.components,
+            Kind::Message => &mut self.messages,
+        }
+    }
+}
+
+/// The engine's concurrency: three pools and the attempts running in them.
 #[derive(Debug)]
 pub struct Fair {
     webhooks: Pool,
     components: Pool,
+    messages: Pool,
     state: Mutex<State>,
 }
 
@@ -154,35 +211,50 @@ impl Drop for Ticket {
     fn drop(&mut self) {
         let mut state = self.fair.lock();
         state.due_keys.remove(&self.key);
-        match self.slot.kind {
-            Kind::Webhook => state.webhooks.give_back(&self.slot),
-            Kind::Component => state.components.give_back(&self.slot),
-        }
+        state.counts(self.slot.kind).give_back(&self.slot);
     }
 }
 
 impl Fair {
-    /// Pools of `webhooks` and `components` attempts at once.
-    pub fn new(webhooks: usize, components: usize) -> Arc<Self> {
-        let pool = |n: usize| Pool {
-            permits: Arc::new(Semaphore::new(n.max(1))),
-            caps: Caps::of(n.max(1)),
-            contended_below: n.max(1).div_ceil(2),
-        };
+    /// Pools of `webhooks` and `components` attempts at once (shared out), and of `messages`.
+    pub fn new(webhooks: usize, components: usize, messages: usize) -> Arc<Self> {
         Arc::new(Self {
-            webhooks: pool(webhooks),
-            components: pool(components),
+            webhooks: Pool::shared(webhooks),
+            components: Pool::shared(components),
+            messages: Pool::unshared(messages),
             state: Mutex::default(),
         })
+    }
+
+    fn pool(&self, kind: Kind) -> &Pool {
+        match kind {
+            Kind::Webhook => &self.webhooks,
+            Kind::Component => &self.components,
+            Kind::Message => &self.messages,
+        }
+    }
+
+    /// Free places in the pool of `kind`.
+    pub fn free_in(&self, kind: Kind) -> usize {
+        self.pool(kind).permits.available_permits()
+    }
+
+    /// Attempts running in the pool of `kind`.
+    pub fn in_flight_in(&self, kind: Kind) -> usize {
+        let pool = self.pool(kind);
+        pool.size - pool.permits.available_permits()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Free places in both pools together.
+    /// Free places in all pools together.
     pub fn free(&self) -> usize {
-        self.webhooks.permits.available_permits() + self.components.permits.available_permits()
+        [Kind::Webhook, Kind::Component, Kind::Message]
+            .into_iter()
+            .map(|kind| self.free_in(kind))
+            .sum()
     }
 
     /// Attempts running now.
@@ -196,10 +268,8 @@ impl Fair {
         if state.due_keys.contains(key) {
             return Err(NotStarted::InFlight);
         }
-        let (pool, counts) = match slot.kind {
-            Kind::Webhook => (&self.webhooks, &mut state.webhooks),
-            Kind::Component => (&self.components, &mut state.components),
-        };
+        let pool = self.pool(slot.kind);
+        let counts = state.counts(slot.kind);
         let contended = pool.permits.available_permits() <= pool.contended_below;
         let fits = if contended {
             counts.fits(&slot, &pool.caps)
@@ -241,7 +311,7 @@ mod tests {
 
     #[test]
     fn one_plugins_slow_targets_leave_most_of_the_pool_to_others() {
-        let fair = Fair::new(64, 64);
+        let fair = Fair::new(64, 64, 8);
         let mut held = Vec::new();
         // 20 subscriptions of one installation, each with many due attempts.
         for sub in 0..20 {
@@ -282,7 +352,7 @@ mod tests {
 
     #[test]
     fn one_plugin_installed_in_many_stores_takes_a_quarter_and_components_never_block_webhooks() {
-        let fair = Fair::new(64, 64);
+        let fair = Fair::new(64, 64, 8);
         let mut held = Vec::new();
         for store in 0..8 {
             for n in 0..8 {
@@ -308,12 +378,12 @@ mod tests {
         assert!(webhook.is_ok(), "webhooks draw from their own pool");
         drop(held);
         assert_eq!(fair.in_flight(), 1, "dropping a ticket frees its place");
-        assert_eq!(fair.free(), 127);
+        assert_eq!(fair.free(), 127 + MESSAGE_CONCURRENCY);
     }
 
     #[test]
     fn once_half_the_pool_is_used_each_installation_gets_its_share() {
-        let fair = Fair::new(64, 64);
+        let fair = Fair::new(64, 64, 8);
         let mut held = Vec::new();
         for inst in ["a", "b", "c", "d"] {
             for k in 0..40 {
@@ -338,8 +408,28 @@ mod tests {
     }
 
     #[test]
+    fn messages_have_a_bounded_pool_of_their_own() {
+        let fair = Fair::new(4, 4, MESSAGE_CONCURRENCY);
+        let started: Vec<Ticket> = (0..20)
+            .filter_map(|n| {
+                let s = slot(Kind::Message, &format!("msg{n}"), "", "", "");
+                fair.try_start(&format!("msg{n}"), s).ok()
+            })
+            .collect();
+        assert_eq!(
+            started.len(),
+            MESSAGE_CONCURRENCY,
+            "not shared out, only bounded"
+        );
+        assert_eq!(fair.free_in(Kind::Message), 0);
+        assert_eq!(fair.in_flight_in(Kind::Message), MESSAGE_CONCURRENCY);
+        let webhook = fair.try_start("due-w", slot(Kind::Webhook, "wh", "i", "p", "s"));
+        assert!(webhook.is_ok(), "webhooks draw from their own pool");
+    }
+
+    #[test]
     fn a_store_takes_at_most_half_of_a_pool() {
-        let fair = Fair::new(16, 16);
+        let fair = Fair::new(16, 16, 8);
         let started: Vec<Ticket> = (0..16)
             .filter_map(|n| {
                 let s = slot(

@@ -1,91 +1,60 @@
-//! The transport of the host's own mail: SMTP when the operator configured a server, otherwise
-//! the operator's outbox (`GET /admin/v1/mail`). What was sent is recorded by the service layer.
+//! Sending the host's own mail: the engine runs one per due `mail` entry of the work queue, through
+//! the operator's SMTP server. The record, its status and the retries are the service layer's
+//! (`crate::service::mail`); a mail is queued only when the host has an SMTP server, and one
+//! found without (the server was removed from the configuration since) goes to the outbox.
 
-use lettre::message::Mailbox;
-use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
+use super::smtp::{Letter, SmtpServer, parse_from};
+use crate::model::error::Result;
+use crate::model::failure::SendOutcome;
+use crate::model::mail::MailStatus;
+use crate::service::Service;
 
-use crate::model::error::{Error, Result};
-use crate::model::mail::{Mail, MailStatus};
-
-enum Transport {
-    Smtp(AsyncSmtpTransport<Tokio1Executor>),
-    Outbox,
+/// The host's SMTP server and sender.
+#[derive(Debug)]
+pub struct HostMail {
+    smtp: Option<SmtpServer>,
+    from: String,
 }
 
-/// Sends the host's mail.
-pub struct MailTransport {
-    transport: Transport,
-    from: Mailbox,
-}
-
-impl std::fmt::Debug for MailTransport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let transport = match self.transport {
-            Transport::Smtp(_) => "smtp",
-            Transport::Outbox => "outbox",
-        };
-        f.debug_struct("MailTransport")
-            .field("transport", &transport)
-            .field("from", &self.from.to_string())
-            .finish()
-    }
-}
-
-impl MailTransport {
-    /// SMTP through `smtp_url` when given (`smtp://host:25`, `smtps://user:pass@host`,
-    /// `smtp://host:587?tls=required`), else the operator's outbox.
-    pub fn new(smtp_url: Option<&str>, from: &str) -> Result<Self> {
-        let from: Mailbox = from.parse().map_err(|e| {
-            Error::Internal(anyhow::anyhow!(
-                "the mail sender `{from}` is not valid: {e}"
-            ))
-        })?;
-        let transport = match smtp_url {
-            Some(url) => Transport::Smtp(
-                AsyncSmtpTransport::<Tokio1Executor>::from_url(url)
-                    .map_err(|e| {
-                        Error::Internal(anyhow::anyhow!("the SMTP URL is not valid: {e}"))
-                    })?
-                    .build(),
-            ),
-            None => Transport::Outbox,
-        };
-        Ok(Self { transport, from })
+impl HostMail {
+    /// SMTP through `smtp_url` when given, from `from`; without a URL, queued mail goes to the
+    /// operator's outbox.
+    pub fn new(smtp_url: Option<&str>, from: &str, timeout: std::time::Duration) -> Result<Self> {
+        parse_from(from)?;
+        Ok(Self {
+            smtp: smtp_url
+                .map(|url| SmtpServer::from_url(url, timeout))
+                .transpose()?,
+            from: from.to_owned(),
+        })
     }
 
-    /// Sends `mail`, or keeps it in the outbox when no SMTP server is set. A failure is logged and
-    /// returned as the status and its reason, for the record.
-    pub async fn send(&self, mail: &Mail) -> (MailStatus, Option<String>) {
-        match &self.transport {
-            Transport::Outbox => (MailStatus::Outbox, None),
-            Transport::Smtp(smtp) => match self.smtp_send(smtp, mail).await {
-                Ok(()) => (MailStatus::Sent, None),
-                Err(e) => {
-                    tracing::warn!(to = %mail.to, error = %e, "sending mail failed");
-                    (MailStatus::Failed, Some(e))
-                }
-            },
+    /// Sends the mail of the work queue entry at `key` and records the outcome.
+    pub async fn send(&self, service: &Service, key: &str) -> Result<()> {
+        let Some(mail) = service.mail_to_send(key)? else {
+            return Ok(());
+        };
+        let outcome = match &self.smtp {
+            None => None,
+            Some(smtp) => {
+                let letter = Letter {
+                    from: &self.from,
+                    to: &mail.to,
+                    subject: &mail.subject,
+                    text: &mail.body,
+                    html: None,
+                    id: mail.id.as_str(),
+                };
+                Some(smtp.send(&letter).await)
+            }
+        };
+        if let Some(SendOutcome::Transient(e) | SendOutcome::Permanent(e)) = &outcome {
+            tracing::warn!(to = %mail.to, error = %e.detail, "sending mail failed");
         }
-    }
-
-    async fn smtp_send(
-        &self,
-        smtp: &AsyncSmtpTransport<Tokio1Executor>,
-        mail: &Mail,
-    ) -> std::result::Result<(), String> {
-        let to: Mailbox = mail
-            .to
-            .parse()
-            .map_err(|e| format!("bad recipient `{}`: {e}", mail.to))?;
-        let message = Message::builder()
-            .from(self.from.clone())
-            .to(to)
-            .subject(mail.subject.clone())
-            .body(mail.body.clone())
-            .map_err(|e| e.to_string())?;
-        smtp.send(message)
-            .await
-            .map(drop)
-            .map_err(|e| e.to_string())
+        let status = service.finish_mail(key, &mail.id, outcome, service.now())?;
+        if status == Some(MailStatus::Failed) {
+            tracing::error!(mail = %mail.id, to = %mail.to, "the host gave up sending a mail");
+        }
+        Ok(())
     }
 }

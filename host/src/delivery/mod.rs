@@ -1,19 +1,27 @@
-//! The delivery engine: one background task that turns the event outbox into durable
-//! deliveries, attempts them with bounded concurrency, retries on the spec's schedule, pauses
-//! targets whose retries ran out (and mails their owner), and purges expired events.
+//! The delivery engine: one background task that runs everything the host does after a commit.
+//! It turns the event outbox into durable deliveries, and runs the due entries of the work queue
+//! (`crate::storage::queue`) with bounded concurrency: webhook attempts and component
+//! invocations (retried on the spec's schedule; the last failure pauses the target, whose notice
+//! is queued with the pause), messages through the merchant's senders, and the host's own mail.
+//! It also purges expired events.
 //!
 //! Time comes from the injected clock: the engine wakes on new work (a [`tokio::sync::Notify`]
-//! rung by commits that queue deliveries) or on a short real-time poll, and compares due times
-//! with `clock.now()`, so tests run the whole 32-hour schedule in milliseconds.
+//! rung by commits that queue work) or on a short real-time poll, and compares due times with
+//! `clock.now()`, so tests run the whole 32-hour schedule in milliseconds.
 //!
-//! Delivery is at least once: a queue entry leaves the queue in the transaction that records its
-//! attempt, so a host killed during an attempt makes it again after the restart. Receivers
-//! deduplicate with the `X-Service-Event-Id` header.
+//! Delivery is at least once: a delivery's entry leaves the queue in the transaction that records
+//! its attempt, so a host killed during an attempt makes it again after the restart (a mail
+//! likewise; a message after its lease). Receivers deduplicate with the `X-Service-Event-Id`
+//! header, providers with `Idempotency-Key`.
+//!
+//! Every request goes through the one outbound client (`client.rs`), every email through the one
+//! SMTP sender (`smtp.rs`).
 
 pub mod client;
 pub mod fair;
 pub mod mail;
 pub mod messages;
+pub mod smtp;
 pub mod webhook;
 
 use std::collections::HashMap;
@@ -25,15 +33,16 @@ use jiff::{SignedDuration, Timestamp};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 
-use self::fair::{Fair, Kind, NotStarted, Slot};
-use self::mail::MailTransport;
-use self::webhook::WebhookSender;
+use self::client::{HttpClient, Timeouts};
+use self::fair::{Fair, Kind, MESSAGE_CONCURRENCY, NotStarted, Slot};
+use self::mail::HostMail;
 use crate::metrics::TargetKind;
-use crate::model::delivery::{DUE_PREFIX, DueEntry, RETENTION, TargetRef, due_ms_of, millis};
+use crate::model::delivery::{DueEntry, RETENTION, TargetRef};
 use crate::model::error::Result;
 use crate::model::event::Cause;
 use crate::model::store::Installation;
 use crate::model::webhook::Subscription;
+use crate::model::work::{Work, WorkKind};
 use crate::service::Service;
 use crate::service::deliveries::queue;
 use crate::service::deliveries::target::{self, Target, TargetState};
@@ -65,6 +74,15 @@ struct Owner {
 }
 const PURGE_EVERY: SignedDuration = SignedDuration::from_mins(1);
 
+/// The pool a kind of work draws from.
+fn pool_of(kind: WorkKind) -> Kind {
+    match kind {
+        WorkKind::Webhook => Kind::Webhook,
+        WorkKind::Component => Kind::Component,
+        WorkKind::Message | WorkKind::Mail => Kind::Message,
+    }
+}
+
 /// How the engine runs.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -72,7 +90,7 @@ pub struct EngineConfig {
     pub concurrency: usize,
     /// Component invocations in flight at once (the runtime's instance pool).
     pub component_concurrency: usize,
-    /// How often to look for retries that came due.
+    /// How often to look for retries (of deliveries, messages, mail) that came due.
     pub poll_interval: Duration,
     /// How long a webhook receiver has to answer.
     pub webhook_timeout: Duration,
@@ -109,11 +127,11 @@ impl Drop for AliveGuard {
 
 struct Shared {
     service: Service,
-    webhooks: WebhookSender,
-    mail: MailTransport,
+    http: HttpClient,
+    mail: HostMail,
     plugins: Option<Arc<crate::plugins::Plugins>>,
     fair: Arc<Fair>,
-    /// When the last long sweep of the due queue ran (see [`SKIP_BUDGET`]).
+    /// When the last long sweep of the work queue ran (see [`SKIP_BUDGET`]).
     last_sweep: Mutex<std::time::Instant>,
     /// The installation and plugin behind each target seen (they never change).
     owners: Mutex<HashMap<String, Owner>>,
@@ -128,13 +146,18 @@ impl Engine {
         config: EngineConfig,
         plugins: Option<Arc<crate::plugins::Plugins>>,
     ) -> Result<Self> {
+        let timeouts = Timeouts::new(config.webhook_timeout);
         let shared = Arc::new(Shared {
-            webhooks: WebhookSender::new(service.network.clone(), config.webhook_timeout)?,
-            mail: MailTransport::new(config.smtp_url.as_deref(), &config.mail_from)?,
+            http: HttpClient::new(service.network.clone(), timeouts)?,
+            mail: HostMail::new(config.smtp_url.as_deref(), &config.mail_from, timeouts.smtp)?,
             plugins,
             wake: service.db.delivery_signal(),
             service,
-            fair: Fair::new(config.concurrency, config.component_concurrency),
+            fair: Fair::new(
+                config.concurrency,
+                config.component_concurrency,
+                MESSAGE_CONCURRENCY,
+            ),
             last_sweep: Mutex::new(std::time::Instant::now()),
             owners: Mutex::default(),
         });
@@ -198,7 +221,7 @@ async fn run(shared: Arc<Shared>, config: EngineConfig, mut stopped: watch::Rece
 }
 
 impl Shared {
-    /// One round: fan out new events, purge expired ones now and then, start due attempts.
+    /// One round: fan out new events, purge expired ones now and then, start due work.
     /// Returns whether more outbox work is waiting.
     fn tick(self: &Arc<Self>, tasks: &mut JoinSet<()>, next_purge: &mut Timestamp) -> Result<bool> {
         let db = &self.service.db;
@@ -219,12 +242,9 @@ impl Shared {
         Ok(fanned == BATCH)
     }
 
-    /// Starts an attempt for every due queue entry, in due order, while its pool has room and
-    /// its shares allow (see [`fair`]).
+    /// Starts the work of every due queue entry, lane by lane in due order, while its pool has
+    /// room and its shares allow (see [`fair`]).
     fn dispatch(self: &Arc<Self>, now: Timestamp, tasks: &mut JoinSet<()>) -> Result<()> {
-        let now_ms = millis(now);
-        let mut after: Option<String> = None;
-        let mut skipped = 0;
         let budget = {
             let mut last = self.last_sweep.lock().unwrap_or_else(|e| e.into_inner());
             if last.elapsed() >= SWEEP_EVERY {
@@ -234,25 +254,38 @@ impl Shared {
                 SKIP_BUDGET
             }
         };
+        for kind in WorkKind::ALL {
+            self.dispatch_lane(kind, now, budget, tasks)?;
+        }
+        Ok(())
+    }
+
+    /// Starts the due work of one lane, passing over at most `budget` entries whose pool or share
+    /// is full.
+    fn dispatch_lane(
+        self: &Arc<Self>,
+        kind: WorkKind,
+        now: Timestamp,
+        budget: usize,
+        tasks: &mut JoinSet<()>,
+    ) -> Result<()> {
+        let pool = pool_of(kind);
+        let mut after: Option<String> = None;
+        let mut skipped = 0;
         loop {
-            let free = self.fair.free();
+            let free = self.fair.free_in(pool);
             if free == 0 {
                 return Ok(()); // A finishing attempt wakes the engine.
             }
-            // The head of the queue holds the attempts in flight: read past them, and not much
+            // The head of the lane holds the attempts in flight: read past them, and not much
             // further than the free places can take.
-            let limit = (free + self.fair.in_flight() + 16).min(BATCH);
-            let batch: Vec<(String, DueEntry)> =
-                self.service
-                    .db
-                    .list(DUE_PREFIX, after.as_deref(), false, limit)?;
+            let limit = (free + self.fair.in_flight_in(pool) + 16).min(BATCH);
+            let batch =
+                crate::storage::queue::due(&self.service.db, kind, now, after.as_deref(), limit)?;
             let exhausted = batch.len() < limit;
-            for (key, entry) in batch {
-                if due_ms_of(&key).is_none_or(|due| due > now_ms) {
-                    return Ok(());
-                }
+            for (key, work) in batch {
                 after = Some(key.clone());
-                let slot = self.slot(&entry)?;
+                let slot = self.slot(&key, &work)?;
                 let ticket = match self.fair.try_start(&key, slot) {
                     Ok(ticket) => ticket,
                     Err(NotStarted::InFlight) => continue,
@@ -266,8 +299,8 @@ impl Shared {
                 };
                 let shared = self.clone();
                 tasks.spawn(async move {
-                    if let Err(e) = shared.attempt(&key, &entry).await {
-                        tracing::error!(error = %format!("{e:#}"), due = key, "delivery attempt");
+                    if let Err(e) = shared.run_work(&key, &work).await {
+                        tracing::error!(error = %format!("{e:#}"), due = key, "queued work");
                         // Keep it in flight a moment so a persistent error does not spin.
                         tokio::time::sleep(Duration::from_secs(1)).await;
                     }
@@ -281,8 +314,29 @@ impl Shared {
         }
     }
 
-    /// What an attempt at `entry` counts against (see [`fair`]).
-    fn slot(&self, entry: &DueEntry) -> Result<Slot> {
+    /// Runs one entry's work.
+    async fn run_work(&self, key: &str, work: &Work) -> Result<()> {
+        match work {
+            Work::Delivery(entry) => self.attempt(key, entry).await,
+            Work::Message { .. } => messages::send(&self.service, &self.http, key).await,
+            Work::Mail { .. } => self.mail.send(&self.service, key).await,
+        }
+    }
+
+    /// What the work at `key` counts against (see [`fair`]).
+    fn slot(&self, key: &str, work: &Work) -> Result<Slot> {
+        let entry = match work {
+            Work::Delivery(entry) => entry,
+            Work::Message { .. } | Work::Mail { .. } => {
+                return Ok(Slot {
+                    kind: Kind::Message,
+                    target: key.to_owned(),
+                    installation: String::new(),
+                    plugin: String::new(),
+                    store: String::new(),
+                });
+            }
+        };
         let target = entry.target.key();
         let known = self
             .owners
@@ -380,7 +434,7 @@ impl Shared {
                     previous_secret: sub.previous_secret_at(started),
                     test: delivery.test,
                 };
-                self.webhooks.send(&sub.url, signing, &event, started).await
+                webhook::send(&self.http, &sub.url, signing, &event, started).await
             }
             Target::Component(component) => {
                 let cause = Cause {
@@ -392,9 +446,7 @@ impl Shared {
                 self.run_component(component, &event, cause, started).await
             }
         };
-        let now = service.now();
-        let paused =
-            db.tx_relaxed(|tx| queue::record_attempt(tx, due_key, entry, &outcome, now))?;
+        let paused = service.record_attempt(due_key, entry, &outcome)?;
         let kind = match &target {
             Target::Webhook(_) => TargetKind::Webhook,
             Target::Component(_) => TargetKind::Component,
@@ -402,12 +454,9 @@ impl Shared {
         service
             .metrics
             .delivery_attempt(kind, outcome.succeeded, wall.elapsed());
-        if let Some(paused) = paused {
+        if paused.is_some() {
+            // Its notice was queued with the pause; the mail lane sends it.
             service.metrics.target_paused(kind);
-            if let Some(mail) = paused.notice {
-                let (status, error) = self.mail.send(&mail).await;
-                service.record_mail(mail, status, error)?;
-            }
         }
         Ok(())
     }

@@ -8,11 +8,9 @@ use jiff::Timestamp;
 use reqwest::Url;
 use sha2::Sha256;
 
-use super::client::PolicyResolver;
+use super::client::HttpClient;
 use crate::model::delivery::RESPONSE_EXCERPT_BYTES;
-use crate::model::error::{Error, Result};
 use crate::model::event::Event;
-use crate::service::network::NetworkPolicy;
 
 /// Unix time in seconds at which the request was signed.
 pub const TIMESTAMP_HEADER: &str = "x-service-timestamp";
@@ -51,106 +49,71 @@ pub struct Signing<'a> {
     pub test: bool,
 }
 
-/// Sends webhook requests: no redirects followed, a timeout, names resolved through the network
-/// policy, and never through a proxy.
-#[derive(Debug, Clone)]
-pub struct WebhookSender {
-    client: reqwest::Client,
-    policy: NetworkPolicy,
-    timeout: Duration,
-}
-
-impl WebhookSender {
-    /// A sender that gives receivers `timeout` to answer.
-    pub fn new(policy: NetworkPolicy, timeout: Duration) -> Result<Self> {
-        // `no_proxy`: an `HTTP(S)_PROXY` in the environment would resolve the name itself,
-        // past the network policy.
-        let client = reqwest::Client::builder()
-            .no_proxy()
-            .timeout(timeout)
-            .redirect(reqwest::redirect::Policy::none())
-            .dns_resolver(std::sync::Arc::new(PolicyResolver {
-                policy: policy.clone(),
-            }))
-            .user_agent(concat!(
-                "commerce-host-webhooks/",
-                env!("CARGO_PKG_VERSION")
-            ))
-            .build()
-            .map_err(|e| {
-                Error::Internal(anyhow::Error::new(e).context("building the webhook client"))
-            })?;
-        Ok(Self {
-            client,
-            policy,
-            timeout,
-        })
+/// POSTs `event` to `url` through the outbound client, signed with the subscription's secret at
+/// `now` (and also with the previous secret, in its own header, when given); a test delivery
+/// carries `X-Service-Test: true`. The URL is checked against the network policy first, for a
+/// clear error (the client's resolver enforces it again at connection time).
+pub async fn send(
+    http: &HttpClient,
+    url: &str,
+    signing: Signing<'_>,
+    event: &Event,
+    now: Timestamp,
+) -> Outcome {
+    let url = match Url::parse(url) {
+        Ok(url) => url,
+        Err(e) => return Outcome::unsent(now, format!("bad URL: {e}")),
+    };
+    if let Err(refusal) = http.policy().check(&url).await {
+        return Outcome::unsent(now, format!("address not allowed: {refusal}"));
     }
-
-    /// POSTs `event` to `url`, signed with `secret` at `now` (and also with `previous_secret`,
-    /// in its own header, when given); a `test` delivery carries `X-Service-Test: true`.
-    pub async fn send(
-        &self,
-        url: &str,
-        signing: Signing<'_>,
-        event: &Event,
-        now: Timestamp,
-    ) -> Outcome {
-        let url = match Url::parse(url) {
-            Ok(url) => url,
-            Err(e) => return Outcome::unsent(now, format!("bad URL: {e}")),
-        };
-        if let Err(refusal) = self.policy.check(&url).await {
-            return Outcome::unsent(now, format!("address not allowed: {refusal}"));
-        }
-        let body = match serde_json::to_vec(event) {
-            Ok(body) => body,
-            Err(e) => return Outcome::unsent(now, format!("encoding the event: {e}")),
-        };
-        let timestamp = now.as_second();
-        let signature = sign(signing.secret.as_bytes(), timestamp, &body);
-        let started = Instant::now();
-        let mut request = self.client.post(url);
-        if let Some(previous) = signing.previous_secret {
-            request = request.header(
-                PREVIOUS_SIGNATURE_HEADER,
-                sign(previous.as_bytes(), timestamp, &body),
-            );
-        }
-        if signing.test {
-            request = request.header(TEST_HEADER, "true");
-        }
-        let result = request
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header(TIMESTAMP_HEADER, timestamp.to_string())
-            .header(SIGNATURE_HEADER, signature)
-            .header(EVENT_ID_HEADER, event.id.as_str())
-            .header(EVENT_TYPE_HEADER, event.kind().as_str())
-            .body(body)
-            .send()
-            .await;
-        let mut outcome = Outcome::unsent(now, String::new());
-        match result {
-            Ok(mut response) => {
-                let status = response.status();
-                outcome.status_code = Some(status.as_u16());
-                outcome.succeeded = status.is_success();
-                outcome.error = None;
-                let mut excerpt = Vec::new();
-                while excerpt.len() < RESPONSE_EXCERPT_BYTES {
-                    match response.chunk().await {
-                        Ok(Some(chunk)) => excerpt.extend_from_slice(&chunk),
-                        Ok(None) | Err(_) => break,
-                    }
+    let body = match serde_json::to_vec(event) {
+        Ok(body) => body,
+        Err(e) => return Outcome::unsent(now, format!("encoding the event: {e}")),
+    };
+    let timestamp = now.as_second();
+    let signature = sign(signing.secret.as_bytes(), timestamp, &body);
+    let started = Instant::now();
+    let mut request = http.post_webhook(url);
+    if let Some(previous) = signing.previous_secret {
+        request = request.header(
+            PREVIOUS_SIGNATURE_HEADER,
+            sign(previous.as_bytes(), timestamp, &body),
+        );
+    }
+    if signing.test {
+        request = request.header(TEST_HEADER, "true");
+    }
+    let result = request
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .header(TIMESTAMP_HEADER, timestamp.to_string())
+        .header(SIGNATURE_HEADER, signature)
+        .header(EVENT_ID_HEADER, event.id.as_str())
+        .header(EVENT_TYPE_HEADER, event.kind().as_str())
+        .body(body)
+        .send()
+        .await;
+    let mut outcome = Outcome::unsent(now, String::new());
+    match result {
+        Ok(mut response) => {
+            let status = response.status();
+            outcome.status_code = Some(status.as_u16());
+            outcome.succeeded = status.is_success();
+            outcome.error = None;
+            let mut excerpt = Vec::new();
+            while excerpt.len() < RESPONSE_EXCERPT_BYTES {
+                match response.chunk().await {
+                    Ok(Some(chunk)) => excerpt.extend_from_slice(&chunk),
+                    Ok(None) | Err(_) => break,
                 }
-                excerpt.truncate(RESPONSE_EXCERPT_BYTES);
-                outcome.response_body = Some(String::from_utf8_lossy(&excerpt).into_owned());
             }
-            Err(e) => outcome.error = Some(describe(&e, self.timeout)),
+            excerpt.truncate(RESPONSE_EXCERPT_BYTES);
+            outcome.response_body = Some(String::from_utf8_lossy(&excerpt).into_owned());
         }
-        outcome.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        outcome
+        Err(e) => outcome.error = Some(describe(&e, http.timeouts().webhook)),
     }
+    outcome.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    outcome
 }
 
 fn describe(e: &reqwest::Error, timeout: Duration) -> String {

@@ -2,8 +2,8 @@
 //!
 //! - `dlv/{store}/{target}/{evt}`: one [`Delivery`] per (event, target), keyed by the event so a
 //!   replay finds it directly and a listing is in event order.
-//! - `due/{ms}/{store}/{target}/{evt}`: the queue, one entry per pending delivery, keyed by its due
-//!   time (zero-padded milliseconds) so that a prefix scan reads it in due order.
+//! - `work/{webhook|component}/{ms}/{store}/{target}/{evt}`: the delivery's entry in the work
+//!   queue (`crate::model::work`) while it is pending, keyed by its due time.
 //! - `att/{store}/{target}/{att}`: the attempt log.
 //! - `exp/{ms}/{store}/{evt}`: when an event and everything about it is purged (30 days after it).
 
@@ -137,14 +137,23 @@ impl Delivery {
         delivery_key(&self.store_id, &self.target, &self.event_id)
     }
 
-    /// The key of its queue entry at `at`.
+    /// The key of its work queue entry when due at `at`.
     pub fn due_key(&self, at: Timestamp) -> String {
-        due_key(at, &self.store_id, &self.target, &self.event_id)
+        self.work().key(at)
+    }
+
+    /// Its entry in the work queue.
+    pub fn work(&self) -> crate::model::work::Work {
+        crate::model::work::Work::Delivery(DueEntry {
+            store_id: self.store_id.clone(),
+            target: self.target.clone(),
+            event_id: self.event_id.clone(),
+        })
     }
 }
 
-/// A queue entry: which delivery is due.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// A delivery's work: which delivery is due.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DueEntry {
     /// The store.
     pub store_id: StoreId,
@@ -219,23 +228,6 @@ pub fn delivery_key(store: &StoreId, target: &TargetRef, event: &EventId) -> Str
 /// Prefix of a target's deliveries.
 pub fn deliveries_prefix(store: &StoreId, target: &TargetRef) -> String {
     format!("dlv/{store}/{}/", target.key())
-}
-
-/// Prefix of the queue.
-pub const DUE_PREFIX: &str = "due/";
-
-/// Key of a queue entry.
-pub fn due_key(at: Timestamp, store: &StoreId, target: &TargetRef, event: &EventId) -> String {
-    format!(
-        "{DUE_PREFIX}{:020}/{store}/{}/{event}",
-        millis(at),
-        target.key()
-    )
-}
-
-/// The due time (ms) of a queue key.
-pub fn due_ms_of(key: &str) -> Option<u64> {
-    key.strip_prefix(DUE_PREFIX)?.get(..20)?.parse().ok()
 }
 
 /// Key of an attempt.

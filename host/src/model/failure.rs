@@ -76,6 +76,17 @@ impl Failure {
     }
 }
 
+/// What one attempt to send a message or a mail came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendOutcome {
+    /// The provider or SMTP server accepted it.
+    Sent,
+    /// A failure worth retrying: connection error, timeout, HTTP 408/429/5xx, SMTP 4xx.
+    Transient(Failure),
+    /// A refusal for good: another HTTP 4xx, an SMTP 5xx, an unusable address or sender.
+    Permanent(Failure),
+}
+
 /// `text` with the user info, query and fragment of every URL in it removed
 /// (`https://user:pw@sms.example/send?api_key=k` → `https://sms.example/send?…`).
 pub fn scrub(text: &str) -> String {

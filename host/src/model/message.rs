@@ -70,7 +70,8 @@ impl std::fmt::Display for Channel {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum MessageStatus {
-    /// Accepted; the worker sends it (again, after a transient failure, at `next_attempt_at`).
+    /// Accepted; the delivery engine sends it (again, after a transient failure, at
+    /// `next_attempt_at`).
     Queued,
     /// The merchant's sender accepted it.
     Sent,

@@ -3,8 +3,9 @@
 //! Ids, the clock, the error type, money and quantities, scopes and event types, and every typed
 //! record the host stores or answers with: stores and installations, plugins, orders, products,
 //! customers, webhook subscriptions, events, deliveries and their attempts, messages and the
-//! host's mail, plugin log lines. Every other layer reads these types; this layer imports
-//! nothing else of the crate (storage, the service layer and the adapters sit above it).
+//! host's mail, plugin log lines, the entries of the work queue. Every other layer reads these
+//! types; this layer imports nothing else of the crate (storage, the service layer and the
+//! adapters sit above it).
 
 pub mod clock;
 pub mod customer;
@@ -23,3 +24,4 @@ pub mod product;
 pub mod scopes;
 pub mod store;
 pub mod webhook;
+pub mod work;

@@ -67,8 +67,8 @@ pub struct Inner {
     pub limit_policy: limits::LimitPolicy,
     /// SHA-256 of the operator's admin token.
     admin_token_hash: [u8; 32],
-    /// Wakes the outbound message worker when a message is queued.
-    pub outbound: Arc<tokio::sync::Notify>,
+    /// How the host sends its own mail.
+    pub mail_route: mail::MailRoute,
     /// This host's metrics registry (`GET /metrics`).
     pub metrics: crate::metrics::Metrics,
 }
@@ -80,6 +80,8 @@ pub struct Options {
     pub allow_networks: Vec<ipnet::IpNet>,
     /// Components' per-invocation limits: the defaults and the most a manifest may ask for.
     pub plugin_limits: limits::LimitPolicy,
+    /// How the host sends its own mail (over SMTP when the operator configured a server).
+    pub mail_route: mail::MailRoute,
 }
 
 impl Deref for Service {
@@ -98,7 +100,8 @@ impl Service {
         Self::with_options(db, clock, admin_token, Options::default())
     }
 
-    /// Builds the service over `db`, creating the host secrets on first start.
+    /// Builds the service over `db`, creating the host secrets on first start and moving the
+    /// entries of earlier versions' queues into the work queue.
     pub fn with_options(
         db: Db,
         clock: SharedClock,
@@ -115,6 +118,13 @@ impl Service {
             tx.write(CURSOR_SECRET_KEY, &secret)?;
             Ok(secret)
         })?;
+        let migrated = crate::storage::queue::migrate_legacy(&db)?;
+        if migrated > 0 {
+            tracing::info!(
+                migrated,
+                "moved queued work of an earlier version into the work queue"
+            );
+        }
         let mut key = [0u8; 32];
         hex::decode_to_slice(&secret, &mut key)
             .map_err(|e| anyhow::anyhow!("the stored cursor secret is corrupt: {e}"))?;
@@ -133,7 +143,7 @@ impl Service {
                 },
                 cursors: pagination::Cursors::new(key),
                 admin_token_hash: auth::hash_token(admin_token),
-                outbound: Arc::default(),
+                mail_route: options.mail_route,
                 metrics: crate::metrics::Metrics::new(),
             }),
         })

@@ -5,6 +5,7 @@
 //! `/`. A second backend (PostgreSQL) implements the same [`Storage`] trait; nothing above this module
 //! knows it is sled.
 
+pub mod queue;
 mod sled_store;
 
 use std::ops::ControlFlow;
@@ -154,16 +155,19 @@ impl Db {
     fn transact<R>(&self, mut f: impl FnMut(&mut Tx<'_>) -> Result<R>, flush: bool) -> Result<R> {
         let mut out = None;
         let mut queued_delivery = false;
+        let mut must_flush = false;
         self.inner.transact(&mut |txn| {
             let mut tx = Tx {
                 inner: txn,
                 queued_delivery: false,
+                flush: false,
             };
             out = Some(f(&mut tx)?);
             queued_delivery = tx.queued_delivery;
+            must_flush = tx.flush;
             Ok(())
         })?;
-        if flush {
+        if flush || must_flush {
             self.inner.flush()?;
         }
         if queued_delivery {
@@ -275,6 +279,7 @@ impl Scan<'_> {
 pub struct Tx<'a> {
     inner: &'a mut dyn Txn,
     queued_delivery: bool,
+    flush: bool,
 }
 
 impl Tx<'_> {
@@ -299,6 +304,12 @@ impl Tx<'_> {
     /// Wakes the delivery engine once this transaction commits.
     pub fn wake_delivery(&mut self) {
         self.queued_delivery = true;
+    }
+
+    /// Makes this transaction durable even in a relaxed [`Db::tx_relaxed`]: it is flushed when it
+    /// commits, before the engine is woken, so nothing it queued starts before it is on disk.
+    pub fn flush_on_commit(&mut self) {
+        self.flush = true;
     }
 }
 

@@ -1,6 +1,6 @@
-//! The queue's transitions, each one storage transaction: fan-out from the outbox, recording an
-//! attempt (retry, success, or the last failure that pauses the target), replay, and the purge
-//! of expired events.
+//! Deliveries' transitions, each one storage transaction: fan-out from the outbox into the work
+//! queue, recording an attempt (retry, success, or the last failure that pauses the target and
+//! queues the notice to its owner), replay, and the purge of expired events.
 //!
 //! Fan-out is a separate step rather than part of `Tx::emit`: the event and its outbox entry are
 //! committed with the change that fired them, and one transaction later turns the outbox entry
@@ -19,6 +19,8 @@ use crate::model::delivery::{
 use crate::model::error::{Error, Result};
 use crate::model::event::{Cause, Event, OUTBOX_PREFIX, OutboxEntry, event_key};
 use crate::model::ids::AttemptId;
+use crate::service::Service;
+use crate::service::mail::{MailRoute, queue_mail};
 use crate::storage::{Db, Tx};
 
 fn later(at: Timestamp, by: SignedDuration) -> Result<Timestamp> {
@@ -28,15 +30,7 @@ fn later(at: Timestamp, by: SignedDuration) -> Result<Timestamp> {
 
 fn enqueue(tx: &mut Tx<'_>, delivery: &mut Delivery, at: Timestamp) -> Result<()> {
     delivery.next_attempt_at = Some(at);
-    tx.write(
-        &delivery.due_key(at),
-        &DueEntry {
-            store_id: delivery.store_id.clone(),
-            target: delivery.target.clone(),
-            event_id: delivery.event_id.clone(),
-        },
-    )?;
-    tx.wake_delivery();
+    tx.enqueue(&delivery.work(), at)?;
     Ok(())
 }
 
@@ -106,20 +100,10 @@ pub fn fan_out(
     Ok(batch.len())
 }
 
-/// The delivery queue at `now`, for the metrics: how many entries are due (in flight included),
-/// counting at most `limit` (one scan of at most `limit` keys), and how long the oldest one has
-/// been due.
+/// The work queue at `now`, for the metrics: how many entries are due (in flight included),
+/// reading at most `limit` keys, and how long the oldest one has been due.
 pub fn due_stats(db: &Db, now: Timestamp, limit: usize) -> Result<(usize, std::time::Duration)> {
-    let now_ms = millis(now);
-    let entries: Vec<(String, serde::de::IgnoredAny)> =
-        db.list(crate::model::delivery::DUE_PREFIX, None, false, limit)?;
-    let due: Vec<u64> = entries
-        .iter()
-        .filter_map(|(key, _)| crate::model::delivery::due_ms_of(key))
-        .take_while(|due| *due <= now_ms)
-        .collect();
-    let oldest = due.first().map_or(0, |first| now_ms.saturating_sub(*first));
-    Ok((due.len(), std::time::Duration::from_millis(oldest)))
+    crate::storage::queue::due_stats(db, now, limit)
 }
 
 /// The delivery a queue entry names, if the entry is still its current one (else the entry is a
@@ -157,15 +141,35 @@ pub fn fail_unsent(db: &Db, due_key: &str, entry: &DueEntry, reason: &str) -> Re
     })
 }
 
+impl Service {
+    /// Records an attempt in one transaction (see [`record_attempt`]), with the notice of a pause
+    /// going the host's mail route. Attempts are the engine's bookkeeping and not flushed (a
+    /// crash repeats the attempt), but a pause is, with its notice (see
+    /// [`queue_mail`](crate::service::mail::queue_mail)), before the engine can send it.
+    pub fn record_attempt(
+        &self,
+        due_key: &str,
+        entry: &DueEntry,
+        outcome: &Outcome,
+    ) -> Result<Option<Paused>> {
+        let now = self.now();
+        let route = self.mail_route;
+        self.db
+            .tx_relaxed(|tx| record_attempt(tx, due_key, entry, outcome, now, route))
+    }
+}
+
 /// Records an attempt and moves the delivery on: done on success; otherwise the next retry of
-/// the schedule, counted from now; after the last retry, failed, and the target paused (the
-/// paused target is returned, for the notice).
+/// the schedule, counted from now; after the last retry, failed, and the target paused, with the
+/// notice to its owner queued (`route`) in this same transaction, so that the pause is never
+/// committed without its mail. Returns the paused target and its notice.
 pub fn record_attempt(
     tx: &mut Tx<'_>,
     due_key: &str,
     entry: &DueEntry,
     outcome: &Outcome,
     now: Timestamp,
+    route: MailRoute,
 ) -> Result<Option<Paused>> {
     let key = delivery_key(&entry.store_id, &entry.target, &entry.event_id);
     let Some(mut d) = tx.read::<Delivery>(&key)? else {
@@ -211,6 +215,9 @@ pub fn record_attempt(
             d.failure = Some(reason.clone());
             if let Some(target) = target::pause(tx, &d.store_id, &d.target, now, &reason)? {
                 let notice = target::pause_notice(tx, &target)?;
+                if let Some(mail) = &notice {
+                    queue_mail(tx, mail.clone(), route, now)?;
+                }
                 paused = Some(Paused { target, notice });
             }
         }
@@ -313,4 +320,137 @@ pub fn enqueue_test(
         },
     )?;
     Ok(delivery)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use jiff::SignedDuration;
+
+    use super::*;
+    use crate::model::clock::ManualClock;
+    use crate::model::error::Error;
+    use crate::model::mail::{MAIL_PREFIX, MailRecord, MailStatus};
+    use crate::model::webhook::{Subscription, WebhookStatus};
+    use crate::model::work::{Work, WorkKind};
+    use crate::service::Options;
+    use crate::storage::queue::due;
+
+    /// A store whose plugin's manifest webhook takes `plugin.installed`, installed: one delivery
+    /// queued for the webhook.
+    fn one_queued_delivery() -> (Service, ManualClock, tempfile::TempDir) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = Db::open_sled(dir.path(), false).expect("db");
+        let clock = ManualClock::new("2026-01-05T00:00:00Z".parse().expect("ts"));
+        let options = Options {
+            mail_route: MailRoute::Smtp,
+            ..Options::default()
+        };
+        let service =
+            Service::with_options(db, Arc::new(clock.clone()), "admin", options).expect("service");
+        let store = service.create_store("acme.example").expect("store");
+        let manifest = serde_json::from_value(serde_json::json!({
+            "name": "hooked", "version": "1.0.0", "contact_email": "dev@hooked.example",
+            "webhooks": [{"url": "https://hooks.example/in", "events": ["plugin.installed"],
+                "secret": "0123456789abcdef"}],
+        }))
+        .expect("manifest");
+        service
+            .publish_plugin(manifest, &BTreeMap::new(), None)
+            .expect("publish");
+        service.install(&store.id, "hooked").expect("install");
+        fan_out(&service.db, &service.metrics, service.now(), 10).expect("fan out");
+        (service, clock, dir)
+    }
+
+    fn failed(at: Timestamp) -> Outcome {
+        let mut outcome = Outcome::unsent(at, String::new());
+        outcome.status_code = Some(500);
+        outcome
+    }
+
+    /// The delivery's one entry in the work queue, whenever it is due.
+    fn entry(service: &Service) -> (String, DueEntry) {
+        let far = service.now() + SignedDuration::from_hours(48);
+        let mut due = due(&service.db, WorkKind::Webhook, far, None, 10).expect("due");
+        assert_eq!(due.len(), 1, "one webhook entry");
+        match due.remove(0) {
+            (key, Work::Delivery(entry)) => (key, entry),
+            other => panic!("not a delivery: {other:?}"),
+        }
+    }
+
+    fn mails(service: &Service) -> Vec<MailRecord> {
+        service
+            .db
+            .list::<MailRecord>(MAIL_PREFIX, None, false, 10)
+            .expect("mail")
+            .into_iter()
+            .map(|(_, m)| m)
+            .collect()
+    }
+
+    fn subscription_status(service: &Service, entry: &DueEntry) -> WebhookStatus {
+        let TargetRef::Webhook(id) = &entry.target else {
+            panic!("a webhook target")
+        };
+        service
+            .db
+            .read::<Subscription>(&Subscription::key(&entry.store_id, id))
+            .expect("read")
+            .expect("subscription")
+            .status
+    }
+
+    #[test]
+    fn the_pause_notice_is_queued_in_the_transaction_that_pauses_the_target() {
+        let (service, clock, _dir) = one_queued_delivery();
+        for delay in RETRY_SCHEDULE {
+            let (key, entry) = entry(&service);
+            let paused = service
+                .record_attempt(&key, &entry, &failed(service.now()))
+                .expect("record");
+            assert!(paused.is_none(), "a retry is left");
+            clock.advance(delay);
+        }
+        let (key, entry) = entry(&service);
+
+        // The last failure, in a transaction that then aborts: neither the pause nor its mail.
+        let now = service.now();
+        let aborted: Result<()> = service.db.tx(|tx| {
+            let paused = record_attempt(tx, &key, &entry, &failed(now), now, MailRoute::Smtp)?;
+            assert!(paused.is_some());
+            Err(Error::invalid("x", "abort after the pause"))
+        });
+        assert!(aborted.is_err());
+        assert_eq!(subscription_status(&service, &entry), WebhookStatus::Active);
+        assert!(mails(&service).is_empty(), "no mail without its pause");
+        assert_eq!(entry_key_of(&service), key, "the attempt is still due");
+
+        // Committed: the pause and its queued mail together.
+        let paused = service
+            .record_attempt(&key, &entry, &failed(now))
+            .expect("record")
+            .expect("paused");
+        assert_eq!(subscription_status(&service, &entry), WebhookStatus::Paused);
+        let notice = paused.notice.expect("a notice");
+        let mails = mails(&service);
+        assert_eq!(mails.len(), 1);
+        assert_eq!(mails[0].status, MailStatus::Queued);
+        assert_eq!(mails[0].to, "dev@hooked.example");
+        assert_eq!(mails[0].subject, notice.subject);
+        let queued = due(&service.db, WorkKind::Mail, now, None, 10).expect("due");
+        assert_eq!(
+            queued.iter().map(|(_, w)| w.clone()).collect::<Vec<_>>(),
+            [Work::Mail {
+                mail_id: mails[0].id.clone()
+            }]
+        );
+    }
+
+    fn entry_key_of(service: &Service) -> String {
+        entry(service).0
+    }
 }

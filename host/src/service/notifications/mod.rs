@@ -1,5 +1,5 @@
 //! Outbound messages: `POST /v1/notifications` on six channels, the templates they render, the
-//! merchant's quotas and senders, and the worker that sends what was accepted.
+//! merchant's quotas and senders, and the records of what the delivery engine sent.
 //!
 //! Every rule lives here, in the service layer, so that an HTTP plugin and a component calling the
 //! WIT host functions are held to exactly the same checks:
@@ -13,8 +13,8 @@
 //!   transaction;
 //! - [`dashboard`]: what the merchant sees (banners, feed cards) and the operator's message lists;
 //! - [`senders`]: the merchant's connected senders (SMTP, HTTP providers);
-//! - [`queue`]: claiming queued messages and recording each attempt's outcome (the sending
-//!   itself is the delivery engine's, `crate::delivery::messages`);
+//! - [`queue`]: claiming queued messages from the work queue and recording each attempt's
+//!   outcome (the sending itself is the delivery engine's, `crate::delivery::messages`);
 //! - [`retention`]: what housekeeping purges, and when.
 
 pub mod dashboard;

@@ -1,21 +1,21 @@
-//! The queue of accepted messages: claiming a due one for an attempt and recording what the
+//! Accepted messages in the work queue: claiming a due one for an attempt and recording what the
 //! attempt came to (the sending itself is the delivery engine's, `crate::delivery::messages`).
 //!
-//! The queue is in storage (`msgq/<due ms>/<store>/<msg>`), written in the transaction that
-//! accepted the message, so nothing accepted is lost in a crash. A claim moves the entry a lease
-//! ahead (a crash mid-send retries it when the lease ends); the outcome is then `sent`; after a
-//! transient failure (connection error, timeout, HTTP 408/429/5xx, SMTP 4xx) a retry 30 s, 2 min,
-//! 10 min, then 1 h later; after a permanent one (other HTTP 4xx, SMTP 5xx), or the fifth failed
-//! attempt, `failed`. Due times follow the injected clock.
+//! The entry (`work/message/<due ms>/<store>/<msg>`, see `crate::model::work`) is written in the
+//! transaction that accepted the message, so nothing accepted is lost in a crash. A claim moves
+//! the entry a lease ahead (a crash mid-send retries it when the lease ends); the outcome is then
+//! `sent`; after a transient failure (connection error, timeout, HTTP 408/429/5xx, SMTP 4xx) a
+//! retry 30 s, 2 min, 10 min, then 1 h later; after a permanent one (other HTTP 4xx, SMTP 5xx), or
+//! the fifth failed attempt, `failed`. Due times follow the injected clock.
 
 use jiff::{SignedDuration, Timestamp};
 
 use super::senders::Sender;
 use crate::metrics::NotificationOutcome;
 use crate::model::error::Result;
-use crate::model::failure::Failure;
-use crate::model::ids::{MessageId, StoreId};
+use crate::model::failure::SendOutcome;
 use crate::model::message::{Message, MessageStatus};
+use crate::model::work::Work;
 use crate::service::Service;
 
 /// Delays before the retries of a message after a transient failure.
@@ -27,21 +27,6 @@ pub const RETRY_DELAYS: [SignedDuration; 4] = [
 ];
 /// How long a claimed message is left to its sender before another pass may retry it.
 pub const LEASE: SignedDuration = SignedDuration::from_mins(5);
-pub const QUEUE_PREFIX: &str = "msgq/";
-
-/// Key of a queue entry: due time first, so a scan in key order meets the due ones first.
-pub fn queue_key(due: Timestamp, store: &StoreId, id: &MessageId) -> String {
-    let ms = due.as_millisecond().max(0);
-    format!("{QUEUE_PREFIX}{ms:020}/{store}/{id}")
-}
-
-/// What an attempt came to.
-#[derive(Debug)]
-pub enum Outcome {
-    Sent,
-    Transient(Failure),
-    Permanent(Failure),
-}
 
 /// A message claimed for one attempt.
 pub struct Claim {
@@ -54,42 +39,30 @@ pub struct Claim {
 }
 
 impl Service {
-    /// Due queue entries at `now`, oldest first.
-    pub fn due_messages(&self, now: Timestamp, limit: usize) -> Result<Vec<(String, MessageId)>> {
-        let horizon = format!("{QUEUE_PREFIX}{:020}~", now.as_millisecond().max(0));
-        Ok(self
-            .db
-            .list::<MessageId>(QUEUE_PREFIX, None, false, limit)?
-            .into_iter()
-            .take_while(|(key, _)| key.as_str() < horizon.as_str())
-            .collect())
-    }
-
-    /// Claims a due entry: moves it a lease ahead and reads the message and its sender. `None`
-    /// when another pass took it, or the message is no longer queued.
-    pub fn claim_message(&self, entry: &str, now: Timestamp) -> Result<Option<Claim>> {
+    /// Claims the due work queue entry at `key`: moves it a lease ahead and reads the message and
+    /// its sender. `None` when another pass took it, or the message is no longer queued (the
+    /// entry is then removed).
+    pub fn claim_message(&self, key: &str, now: Timestamp) -> Result<Option<Claim>> {
         self.db.tx(|tx| {
-            let Some(id) = tx.read::<MessageId>(entry)? else {
-                return Ok(None);
-            };
-            tx.remove(entry)?;
-            let Some(store) = entry
-                .split('/')
-                .nth(2)
-                .and_then(|s| s.parse::<StoreId>().ok())
+            let Some(Work::Message {
+                store_id,
+                message_id,
+            }) = tx.read::<Work>(key)?
             else {
                 return Ok(None);
             };
             let Some(message) = tx
-                .read::<Message>(&Message::key(&store, &id))?
+                .read::<Message>(&Message::key(&store_id, &message_id))?
                 .filter(|m| m.notification.status == MessageStatus::Queued)
             else {
+                tx.remove(key)?;
                 return Ok(None);
             };
             let lease_until = now.saturating_add(LEASE).unwrap_or(Timestamp::MAX);
-            let lease = queue_key(lease_until, &store, &id);
-            tx.write(&lease, &id)?;
-            let sender = tx.read(&Sender::key(&store, message.notification.channel))?;
+            let Some((lease, _)) = tx.postpone(key, lease_until)? else {
+                return Ok(None);
+            };
+            let sender = tx.read(&Sender::key(&store_id, message.notification.channel))?;
             Ok(Some(Claim {
                 lease,
                 message,
@@ -103,7 +76,7 @@ impl Service {
     pub fn finish_message(
         &self,
         claim: &Claim,
-        outcome: Option<Outcome>,
+        outcome: Option<SendOutcome>,
         now: Timestamp,
     ) -> Result<()> {
         let store = &claim.message.store.id;
@@ -119,7 +92,7 @@ impl Service {
             n.next_attempt_at = None;
             match &outcome {
                 None => n.status = MessageStatus::Outbox,
-                Some(Outcome::Sent) => {
+                Some(SendOutcome::Sent) => {
                     n.attempts += 1;
                     n.status = MessageStatus::Sent;
                     n.sent_at = Some(now);
@@ -127,17 +100,23 @@ impl Service {
                     n.last_error_category = None;
                     record.last_error_detail = None;
                 }
-                Some(failure @ (Outcome::Transient(e) | Outcome::Permanent(e))) => {
+                Some(failure @ (SendOutcome::Transient(e) | SendOutcome::Permanent(e))) => {
                     n.attempts += 1;
                     n.last_error = Some(e.text());
                     n.last_error_category = Some(e.category);
                     record.last_error_detail = Some(e.detail.clone());
                     let retry = RETRY_DELAYS.get(n.attempts as usize - 1);
                     match (failure, retry) {
-                        (Outcome::Transient(_), Some(delay)) => {
+                        (SendOutcome::Transient(_), Some(delay)) => {
                             let due = now.saturating_add(*delay).unwrap_or(Timestamp::MAX);
                             n.next_attempt_at = Some(due);
-                            tx.write(&queue_key(due, store, id), id)?;
+                            tx.enqueue(
+                                &Work::Message {
+                                    store_id: store.clone(),
+                                    message_id: id.clone(),
+                                },
+                                due,
+                            )?;
                         }
                         _ => n.status = MessageStatus::Failed,
                     }
@@ -154,19 +133,5 @@ impl Service {
         let channel = claim.message.notification.channel;
         self.metrics.notification(channel.as_str(), outcome);
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn queue_keys_sort_by_due_time() {
-        let store: StoreId = "store_a".parse().expect("id");
-        let id: MessageId = "msg_a".parse().expect("id");
-        let early = queue_key(Timestamp::from_second(9).expect("ts"), &store, &id);
-        let late = queue_key(Timestamp::from_second(10).expect("ts"), &store, &id);
-        assert!(early < late);
     }
 }

@@ -3,7 +3,6 @@
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::queue::queue_key;
 use super::request::{
     BannerInput, DEFAULT_TTL_HOURS, FeedCardInput, MessageInput, NotificationRequest, Outgoing,
     Recipient,
@@ -99,13 +98,14 @@ impl Service {
             message.content = Some(content.clone());
             tx.write(&Message::key(store, &id), &message)?;
             if connected {
-                tx.write(&queue_key(now, store, &id), &id)?;
+                let work = crate::model::work::Work::Message {
+                    store_id: store.clone(),
+                    message_id: id.clone(),
+                };
+                tx.enqueue(&work, now)?;
             }
             Ok((message, quota))
         })?;
-        if message.notification.status == MessageStatus::Queued {
-            self.outbound.notify_one();
-        }
         Ok(accepted(&message, None, None, Some(quota)))
     }
 

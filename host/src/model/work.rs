@@ -1,0 +1,154 @@
+//! The durable work queue's entries and their keys: everything the delivery engine does after a
+//! commit is one entry, written in the transaction of its cause (an event's fan-out, a replay, an
+//! accepted message, a paused target's notice) and removed in the transaction that records what
+//! came of it.
+//!
+//! `work/{kind}/{due ms}/{store}/{id}`: one lane per kind (`webhook`, `component`, `message`,
+//! `mail`), each read in due order (zero-padded milliseconds) by a prefix scan, so that a backlog
+//! of one kind never hides due work of another behind it. The `{id}` of a delivery is
+//! `{target}/{event}`; the host's mail belongs to no store (`host`).
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use crate::model::delivery::{DueEntry, TargetRef, millis};
+use crate::model::ids::{MailId, MessageId, StoreId};
+
+/// Prefix of the work queue.
+pub const WORK_PREFIX: &str = "work/";
+
+/// The kinds of work, each a lane of the queue and a pool of the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WorkKind {
+    /// An attempt of a delivery to a webhook subscription.
+    Webhook,
+    /// An attempt of a delivery to an installed component.
+    Component,
+    /// Sending an accepted message through the merchant's sender.
+    Message,
+    /// Sending one of the host's own mails.
+    Mail,
+}
+
+impl WorkKind {
+    /// Every kind, in the order the engine visits their lanes.
+    pub const ALL: [WorkKind; 4] = [Self::Webhook, Self::Component, Self::Message, Self::Mail];
+
+    /// The kind's name in keys.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Webhook => "webhook",
+            Self::Component => "component",
+            Self::Message => "message",
+            Self::Mail => "mail",
+        }
+    }
+
+    /// The prefix of the kind's lane (`work/webhook/`).
+    pub fn prefix(self) -> String {
+        format!("{WORK_PREFIX}{}/", self.as_str())
+    }
+}
+
+/// One entry of the work queue: what is to be done.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "work", rename_all = "snake_case")]
+pub enum Work {
+    /// An attempt of a delivery (webhook or component).
+    Delivery(DueEntry),
+    /// Sending an accepted message.
+    Message {
+        /// The store that sent it.
+        store_id: StoreId,
+        /// The message.
+        message_id: MessageId,
+    },
+    /// Sending one of the host's own mails.
+    Mail {
+        /// The mail's record.
+        mail_id: MailId,
+    },
+}
+
+/// Where the host's mail sits in keys, which otherwise name a store.
+const HOST: &str = "host";
+
+impl Work {
+    /// What kind of work it is.
+    pub fn kind(&self) -> WorkKind {
+        match self {
+            Work::Delivery(entry) => match entry.target {
+                TargetRef::Webhook(_) => WorkKind::Webhook,
+                TargetRef::Component(_) => WorkKind::Component,
+            },
+            Work::Message { .. } => WorkKind::Message,
+            Work::Mail { .. } => WorkKind::Mail,
+        }
+    }
+
+    /// Its key when due at `at`.
+    pub fn key(&self, at: Timestamp) -> String {
+        self.key_at_ms(millis(at))
+    }
+
+    /// Its key when due at `ms` milliseconds since the epoch.
+    pub fn key_at_ms(&self, ms: u64) -> String {
+        let kind = self.kind().as_str();
+        match self {
+            Work::Delivery(e) => format!(
+                "{WORK_PREFIX}{kind}/{ms:020}/{}/{}/{}",
+                e.store_id,
+                e.target.key(),
+                e.event_id
+            ),
+            Work::Message {
+                store_id,
+                message_id,
+            } => format!("{WORK_PREFIX}{kind}/{ms:020}/{store_id}/{message_id}"),
+            Work::Mail { mail_id } => format!("{WORK_PREFIX}{kind}/{ms:020}/{HOST}/{mail_id}"),
+        }
+    }
+}
+
+/// The due time (ms) of a work key.
+pub fn due_ms_of(key: &str) -> Option<u64> {
+    let (_, rest) = key.strip_prefix(WORK_PREFIX)?.split_once('/')?;
+    rest.get(..20)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_sort_by_due_time_within_a_lane_and_name_their_work() {
+        let store: StoreId = "store_a".parse().expect("id");
+        let message = Work::Message {
+            store_id: store.clone(),
+            message_id: "msg_a".parse().expect("id"),
+        };
+        let early = message.key(Timestamp::from_second(9).expect("ts"));
+        let late = message.key(Timestamp::from_second(10).expect("ts"));
+        assert!(early < late);
+        assert!(early.starts_with(&WorkKind::Message.prefix()));
+        assert_eq!(due_ms_of(&early), Some(9_000));
+        let delivery = Work::Delivery(DueEntry {
+            store_id: store,
+            target: TargetRef::Webhook("wh_a".parse().expect("id")),
+            event_id: "evt_a".parse().expect("id"),
+        });
+        assert_eq!(
+            delivery.key_at_ms(7),
+            "work/webhook/00000000000000000007/store_a/wh_a/evt_a"
+        );
+        let mail = Work::Mail {
+            mail_id: "mail_a".parse().expect("id"),
+        };
+        assert_eq!(mail.kind(), WorkKind::Mail);
+        let json = serde_json::to_string(&delivery).expect("json");
+        assert_eq!(
+            serde_json::from_str::<Work>(&json).expect("decode"),
+            delivery
+        );
+    }
+}
