@@ -353,7 +353,7 @@ mod tests {
         let store = service.create_store("acme.example").expect("store");
         let manifest = serde_json::from_value(serde_json::json!({
             "name": "hooked", "version": "1.0.0", "contact_email": "dev@hooked.example",
-            "webhooks": [{"url": "https://hooks.example/in", "events": ["plugin.installed"],
+            "webhooks": [{"url": "https://1.1.1.1/in", "events": ["plugin.installed"],
                 "secret": "0123456789abcdef"}],
         }))
         .expect("manifest");
