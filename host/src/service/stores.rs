@@ -92,6 +92,9 @@ impl Service {
         if let Some(quotas) = &update.quotas {
             quotas.validate("quotas")?;
         }
+        if update.rate_limits.is_none() && update.quotas.is_none() {
+            return self.store(id);
+        }
         self.db.tx(|tx| {
             let mut store: Store = tx
                 .read(&Store::key(id))?
