@@ -1,6 +1,7 @@
 //! Shared helpers for the integration tests: a real host on a real port (port 0), real sled files
 //! in a temporary folder, and a manual clock the test moves.
 
+pub mod bench;
 pub mod components;
 pub mod receiver;
 pub mod smtp;
