@@ -1,5 +1,6 @@
 //! A real HTTP receiver for webhook tests on 127.0.0.1:0: it records every request (path,
-//! headers, exact body bytes) and answers as told per path: a status, or a hang.
+//! headers, exact body bytes) and answers as told per path: a status, or a hang. It can also be
+//! held: every request is recorded on arrival and waits for [`Receiver::release`] to be answered.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -8,7 +9,7 @@ use std::time::{Duration, Instant};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 
 /// One request the receiver got.
 #[derive(Debug, Clone)]
@@ -47,11 +48,23 @@ pub enum Behavior {
     Hang(Duration),
 }
 
-#[derive(Default)]
 struct Inner {
     requests: Mutex<Vec<Received>>,
     behaviors: Mutex<HashMap<String, Behavior>>,
     arrived: Notify,
+    /// True while requests wait before they are answered.
+    held: watch::Sender<bool>,
+}
+
+impl Default for Inner {
+    fn default() -> Self {
+        Self {
+            requests: Mutex::default(),
+            behaviors: Mutex::default(),
+            arrived: Notify::new(),
+            held: watch::Sender::new(false),
+        }
+    }
 }
 
 /// The receiver; stops when dropped.
@@ -110,6 +123,39 @@ impl Receiver {
         self.inner.requests.lock().expect("lock").clone()
     }
 
+    /// How many requests arrived so far, on every path (without copying them).
+    pub fn total(&self) -> usize {
+        self.inner.requests.lock().expect("lock").len()
+    }
+
+    /// Holds every request from now on: it is recorded when it arrives and answered only after
+    /// [`Receiver::release`].
+    pub fn hold(&self) {
+        self.inner.held.send_replace(true);
+    }
+
+    /// Answers the held requests and every later one as usual.
+    pub fn release(&self) {
+        self.inner.held.send_replace(false);
+    }
+
+    /// Waits until at least `n` requests arrived on any path; panics after `within`.
+    pub async fn wait_for_total(&self, n: usize, within: Duration) -> usize {
+        let deadline = Instant::now() + within;
+        loop {
+            let arrived = self.inner.arrived.notified();
+            let got = self.total();
+            if got >= n {
+                return got;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "received {got} requests, expected {n} within {within:?}"
+            );
+            let _ = tokio::time::timeout(Duration::from_millis(50), arrived).await;
+        }
+    }
+
     /// Waits until `path` has received at least `n` requests; panics after `within`.
     pub async fn wait_for(&self, path: &str, n: usize, within: Duration) -> Vec<Received> {
         let deadline = Instant::now() + within;
@@ -149,6 +195,8 @@ async fn handle(
         at: Instant::now(),
     });
     inner.arrived.notify_waiters();
+    let mut held = inner.held.subscribe();
+    let _ = held.wait_for(|held| !*held).await;
     let behavior = inner.behaviors.lock().expect("lock").get(&path).copied();
     match behavior.unwrap_or(Behavior::Status(200)) {
         Behavior::Status(code) => (
