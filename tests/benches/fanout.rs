@@ -2,7 +2,10 @@
 //! a local receiver, beside a plain reqwest POST loop to the same receiver in the same run.
 //!
 //! `cargo bench -p commerce-host-tests --bench fanout` (release). Sizes:
-//! `FANOUT_EVENTS` (default 200) × `FANOUT_SUBSCRIPTIONS` (default 50) deliveries.
+//! `FANOUT_EVENTS` (default 200) × `FANOUT_SUBSCRIPTIONS` (default 50) deliveries in a burst,
+//! after `FANOUT_SERIAL` (default 200) events one at a time to one subscription of a second store
+//! (the latency from the commit to the first attempt's arrival). Figures also go to
+//! `target/bench/fanout.json`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -54,8 +57,19 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[rank.min(sorted.len() - 1)]
 }
 
-fn report(name: &str, count: usize, elapsed: Duration, latencies: &mut [Duration]) {
+/// Prints a line of figures; returns (requests/s, p50 ms, p99 ms).
+fn report(
+    name: &str,
+    count: usize,
+    elapsed: Duration,
+    latencies: &mut [Duration],
+) -> (f64, f64, f64) {
     latencies.sort();
+    let figures = (
+        count as f64 / elapsed.as_secs_f64(),
+        percentile(latencies, 50.0).as_secs_f64() * 1e3,
+        percentile(latencies, 99.0).as_secs_f64() * 1e3,
+    );
     println!(
         "{name:<34} {count:>6} requests in {:>7.3} s = {:>8.0} req/s   latency p50 {:>7.2} ms  p99 {:>7.2} ms",
         elapsed.as_secs_f64(),
@@ -63,6 +77,7 @@ fn report(name: &str, count: usize, elapsed: Duration, latencies: &mut [Duration
         percentile(latencies, 50.0).as_secs_f64() * 1e3,
         percentile(latencies, 99.0).as_secs_f64() * 1e3,
     );
+    figures
 }
 
 #[tokio::main]
@@ -115,9 +130,59 @@ async fn main() -> anyhow::Result<()> {
             )
             .await?;
     }
+    // A second store with one subscription, for the latency of one event at a time.
+    let quiet = service.create_store("quiet.example")?;
+    let quiet_token = service.install(&quiet.id, "bench")?.token;
+    service
+        .create_webhook(
+            &service.authenticate(&quiet_token)?,
+            NewWebhook {
+                url: format!("{base}/quiet"),
+                events: vec!["order.paid".into()],
+                secret: "bench-secret-0123456789".into(),
+            },
+        )
+        .await?;
     let engine = Engine::start(service.clone(), EngineConfig::from(&config), None)?;
-    // Let the plugin.installed event (no subscriber) drain first.
+    // Let the plugin.installed events (no subscriber) drain first.
     tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut figures = commerce_host_tests::bench::Figures::default();
+
+    // 1a. One event at a time: committed → its first attempt arrives.
+    let serial = env_usize("FANOUT_SERIAL", 200);
+    let mut latencies = Vec::with_capacity(serial);
+    for n in 0..serial {
+        let data = OrderPaid {
+            order: PaidOrder {
+                id: format!("ord_q{n}").parse()?,
+                total: 4200,
+                currency: "EUR".into(),
+            },
+        };
+        let event = service
+            .db
+            .tx(|tx| tx.emit(&quiet.reference(), data.clone(), service.now()))?;
+        let committed = Instant::now();
+        let key = (event.id.to_string(), "/quiet".to_owned());
+        let deadline = committed + Duration::from_secs(30);
+        let arrived = loop {
+            if let Some(at) = arrivals.first.lock().expect("lock").get(&key) {
+                break *at;
+            }
+            anyhow::ensure!(Instant::now() < deadline, "the event was not delivered");
+            tokio::task::yield_now().await;
+        };
+        latencies.push(arrived.saturating_duration_since(committed));
+    }
+    let (_, p50, p99) = report(
+        "  one at a time (committed -> first attempt)",
+        serial,
+        latencies.iter().sum(),
+        &mut latencies,
+    );
+    figures.set("first_attempt_p50_ms", p50);
+    figures.set("first_attempt_p99_ms", p99);
+    arrivals.first.lock().expect("lock").clear();
 
     let mut fired = HashMap::new();
     let start = Instant::now();
@@ -129,11 +194,10 @@ async fn main() -> anyhow::Result<()> {
                 currency: "EUR".into(),
             },
         };
-        let at = Instant::now();
         let event = service
             .db
             .tx(|tx| tx.emit(&store.reference(), data.clone(), service.now()))?;
-        fired.insert(event.id.to_string(), at);
+        fired.insert(event.id.to_string(), Instant::now());
     }
     let fire_elapsed = start.elapsed();
     let total = events * subscriptions;
@@ -163,12 +227,15 @@ async fn main() -> anyhow::Result<()> {
         elapsed.as_secs_f64(),
         events as f64 / elapsed.as_secs_f64()
     );
-    report(
-        "  engine (event -> first attempt)",
+    let (per_s, p50, p99) = report(
+        "  engine burst (committed -> first attempt)",
         total,
         elapsed,
         &mut latencies,
     );
+    figures.set("engine_deliveries_per_s", per_s);
+    figures.set("burst_first_attempt_p50_ms", p50);
+    figures.set("burst_first_attempt_p99_ms", p99);
 
     // 2. The baseline: the same number of POSTs of the same size, same concurrency, plain reqwest.
     arrivals.first.lock().expect("lock").clear();
@@ -201,11 +268,18 @@ async fn main() -> anyhow::Result<()> {
         anyhow::ensure!(ok, "baseline request failed");
         latencies.push(latency);
     }
-    report(
+    let (plain, _, _) = report(
         "  plain reqwest POST loop",
         total,
         start.elapsed(),
         &mut latencies,
     );
+    figures.set("plain_posts_per_s", plain);
+    figures.set("engine_vs_plain_percent", 100.0 * per_s / plain);
+    println!(
+        "  engine deliveries/s = {:.0} % of the plain loop",
+        100.0 * per_s / plain
+    );
+    figures.write("fanout")?;
     Ok(())
 }

@@ -262,6 +262,11 @@ impl Fair {
         self.lock().due_keys.len()
     }
 
+    /// Whether the queue entry at `key` is being worked on.
+    pub fn is_in_flight(&self, key: &str) -> bool {
+        self.lock().due_keys.contains(key)
+    }
+
     /// Starts the attempt at queue entry `key` if its pool has room and its shares allow.
     pub fn try_start(self: &Arc<Self>, key: &str, slot: Slot) -> Result<Ticket, NotStarted> {
         let mut state = self.lock();

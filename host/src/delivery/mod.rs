@@ -24,28 +24,29 @@ pub mod messages;
 pub mod smtp;
 pub mod webhook;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
 use self::client::{HttpClient, Timeouts};
 use self::fair::{Fair, Kind, MESSAGE_CONCURRENCY, NotStarted, Slot};
 use self::mail::HostMail;
 use crate::metrics::TargetKind;
+use crate::model::delivery::Outcome;
 use crate::model::delivery::{DueEntry, RETENTION, TargetRef};
-use crate::model::error::Result;
+use crate::model::error::{Error, Result};
 use crate::model::event::Cause;
 use crate::model::store::Installation;
 use crate::model::webhook::Subscription;
 use crate::model::work::{Work, WorkKind};
 use crate::service::Service;
 use crate::service::deliveries::queue;
-use crate::service::deliveries::target::{self, Target, TargetState};
+use crate::service::deliveries::target::{self, Paused, Target, TargetState};
 use crate::service::events::with_cause;
 
 pub use self::fair::MAX_IN_FLIGHT_PER_TARGET;
@@ -108,6 +109,45 @@ pub struct Engine {
     alive: Arc<AtomicBool>,
 }
 
+/// An attempt waiting to be recorded.
+struct Pending {
+    due_key: String,
+    entry: DueEntry,
+    outcome: Outcome,
+    reply: oneshot::Sender<Result<Option<Paused>>>,
+}
+
+/// Most attempts recorded in one transaction.
+const RECORD_BATCH: usize = 256;
+
+/// Records attempts in batches, one transaction each: every attempt that finished while the
+/// previous batch was being written goes into the next, so under load a transaction records
+/// many attempts, and alone an attempt is recorded at once. Ends when every sender is gone.
+async fn record_attempts(service: Service, mut pending: mpsc::UnboundedReceiver<Pending>) {
+    let mut batch = Vec::with_capacity(RECORD_BATCH);
+    while pending.recv_many(&mut batch, RECORD_BATCH).await > 0 {
+        let items: Vec<(&str, &DueEntry, &Outcome)> = batch
+            .iter()
+            .map(|p| (p.due_key.as_str(), &p.entry, &p.outcome))
+            .collect();
+        match service.record_attempts(&items) {
+            Ok(paused) => {
+                for (p, paused) in batch.drain(..).zip(paused) {
+                    let _ = p.reply.send(Ok(paused));
+                }
+            }
+            Err(e) => {
+                // One bad record must not fail the others: record them one by one.
+                tracing::warn!(error = %format!("{e:#}"), "recording a batch of attempts; one by one");
+                for p in batch.drain(..) {
+                    let one = service.record_attempt(&p.due_key, &p.entry, &p.outcome);
+                    let _ = p.reply.send(one);
+                }
+            }
+        }
+    }
+}
+
 /// Sets the engine's liveness flag while its task runs, and clears it when the task ends (a
 /// return, or a panic unwinding through it).
 struct AliveGuard(Arc<AtomicBool>);
@@ -135,7 +175,12 @@ struct Shared {
     last_sweep: Mutex<std::time::Instant>,
     /// The installation and plugin behind each target seen (they never change).
     owners: Mutex<HashMap<String, Owner>>,
-    wake: Arc<Notify>,
+    /// Rung by commits that queued work.
+    wake: Arc<crate::storage::queue::Signal>,
+    /// Rung when a piece of work finishes (its place in the pool is free).
+    done: Notify,
+    /// Where finished attempts go to be recorded (see [`record_attempts`]).
+    recorder: mpsc::UnboundedSender<Pending>,
 }
 
 impl Engine {
@@ -147,6 +192,8 @@ impl Engine {
         plugins: Option<Arc<crate::plugins::Plugins>>,
     ) -> Result<Self> {
         let timeouts = Timeouts::new(config.webhook_timeout);
+        let (recorder, pending) = mpsc::unbounded_channel();
+        tokio::spawn(record_attempts(service.clone(), pending));
         let shared = Arc::new(Shared {
             http: HttpClient::new(service.network.clone(), timeouts)?,
             mail: HostMail::new(config.smtp_url.as_deref(), &config.mail_from, timeouts.smtp)?,
@@ -160,6 +207,8 @@ impl Engine {
             ),
             last_sweep: Mutex::new(std::time::Instant::now()),
             owners: Mutex::default(),
+            done: Notify::new(),
+            recorder,
         });
         let (stop, stopped) = watch::channel(false);
         let alive = Arc::new(AtomicBool::new(false));
@@ -195,14 +244,17 @@ impl Engine {
 async fn run(shared: Arc<Shared>, config: EngineConfig, mut stopped: watch::Receiver<bool>) {
     let mut tasks = JoinSet::new();
     let mut next_purge = Timestamp::MIN;
+    let mut lanes = Lanes::default();
     loop {
         if *stopped.borrow() {
             break;
         }
-        let busy = match shared.tick(&mut tasks, &mut next_purge) {
+        lanes.start_at(shared.wake.take_earliest());
+        let busy = match shared.tick(&mut tasks, &mut next_purge, &mut lanes) {
             Ok(busy) => busy,
             Err(e) => {
                 tracing::error!(error = %format!("{e:#}"), "delivery engine");
+                lanes.rescan();
                 false
             }
         };
@@ -213,17 +265,73 @@ async fn run(shared: Arc<Shared>, config: EngineConfig, mut stopped: watch::Rece
         }
         tokio::select! {
             () = shared.wake.notified() => {}
-            () = tokio::time::sleep(config.poll_interval) => {}
+            () = shared.done.notified() => {}
+            () = tokio::time::sleep(config.poll_interval) => lanes.rescan(),
             _ = stopped.changed() => {}
         }
     }
     while tasks.join_next().await.is_some() {}
 }
 
+/// The engine's view of the work queue: per lane, the due entries read from storage and not
+/// started yet, in due order, and how far the lane was read. Starting work takes entries from
+/// memory, so a round after an attempt finished does not read the lane's head again (where the
+/// work in flight is); storage is read on from the cursor when the ready entries run low, from
+/// where a commit queued new work (see [`queue::Signal`](crate::storage::queue::Signal)), and
+/// from the head of each lane on the poll and the periodic sweep (which finds what the cursor
+/// cannot see: entries queued behind it by a wall clock that went back).
+#[derive(Debug, Default)]
+struct Lanes {
+    lanes: [Lane; 4],
+}
+
+#[derive(Debug, Default)]
+struct Lane {
+    /// Due entries not started, by key (the due time first), as stored.
+    ready: BTreeMap<String, Vec<u8>>,
+    /// Every due entry up to this key is ready, in flight or done (`None`: read from the head).
+    cursor: Option<String>,
+    /// New work was queued since the lane was last read: read it even when enough is ready.
+    queued: bool,
+}
+
+/// Ready entries kept per lane: more are read when fewer than [`READY_LOW`] are left.
+const READY_MAX: usize = 1024;
+/// See [`READY_MAX`].
+const READY_LOW: usize = 256;
+
+impl Lanes {
+    /// Reads every lane from its head next round.
+    fn rescan(&mut self) {
+        for lane in &mut self.lanes {
+            lane.cursor = None;
+            lane.queued = true;
+        }
+    }
+
+    /// Moves each lane's cursor back to the earliest work queued in it since the last round.
+    fn start_at(&mut self, earliest: [Option<String>; 4]) {
+        for (lane, queued) in self.lanes.iter_mut().zip(earliest) {
+            if let Some(queued) = queued {
+                let from = crate::storage::queue::before_same_ms(&queued);
+                if lane.cursor.as_deref().is_some_and(|c| from < c) {
+                    lane.cursor = Some(from.to_owned());
+                }
+                lane.queued = true;
+            }
+        }
+    }
+}
+
 impl Shared {
     /// One round: fan out new events, purge expired ones now and then, start due work.
     /// Returns whether more outbox work is waiting.
-    fn tick(self: &Arc<Self>, tasks: &mut JoinSet<()>, next_purge: &mut Timestamp) -> Result<bool> {
+    fn tick(
+        self: &Arc<Self>,
+        tasks: &mut JoinSet<()>,
+        next_purge: &mut Timestamp,
+        lanes: &mut Lanes,
+    ) -> Result<bool> {
         let db = &self.service.db;
         let now = self.service.now();
         let fanned = queue::fan_out(db, &self.service.metrics, now, BATCH)?;
@@ -238,80 +346,130 @@ impl Shared {
                 now.checked_add(PURGE_EVERY).unwrap_or(now)
             };
         }
-        self.dispatch(now, tasks)?;
+        self.dispatch(now, tasks, lanes)?;
         Ok(fanned == BATCH)
     }
 
     /// Starts the work of every due queue entry, lane by lane in due order, while its pool has
     /// room and its shares allow (see [`fair`]).
-    fn dispatch(self: &Arc<Self>, now: Timestamp, tasks: &mut JoinSet<()>) -> Result<()> {
+    fn dispatch(
+        self: &Arc<Self>,
+        now: Timestamp,
+        tasks: &mut JoinSet<()>,
+        lanes: &mut Lanes,
+    ) -> Result<()> {
         let budget = {
             let mut last = self.last_sweep.lock().unwrap_or_else(|e| e.into_inner());
             if last.elapsed() >= SWEEP_EVERY {
                 *last = std::time::Instant::now();
+                lanes.rescan();
                 SWEEP_BUDGET
             } else {
                 SKIP_BUDGET
             }
         };
         for kind in WorkKind::ALL {
-            self.dispatch_lane(kind, now, budget, tasks)?;
+            let lane = &mut lanes.lanes[crate::storage::queue::lane_index(kind)];
+            self.refill(kind, now, lane)?;
+            self.dispatch_lane(kind, budget, lane, tasks)?;
         }
         Ok(())
     }
 
-    /// Starts the due work of one lane, passing over at most `budget` entries whose pool or share
-    /// is full.
-    fn dispatch_lane(
-        self: &Arc<Self>,
-        kind: WorkKind,
-        now: Timestamp,
-        budget: usize,
-        tasks: &mut JoinSet<()>,
-    ) -> Result<()> {
-        let pool = pool_of(kind);
-        let mut after: Option<String> = None;
-        let mut skipped = 0;
-        loop {
-            let free = self.fair.free_in(pool);
-            if free == 0 {
-                return Ok(()); // A finishing attempt wakes the engine.
-            }
-            // The head of the lane holds the attempts in flight: read past them, and not much
-            // further than the free places can take.
-            let limit = (free + self.fair.in_flight_in(pool) + 16).min(BATCH);
-            let batch =
-                crate::storage::queue::due(&self.service.db, kind, now, after.as_deref(), limit)?;
-            let exhausted = batch.len() < limit;
-            for (key, work) in batch {
-                after = Some(key.clone());
-                let slot = self.slot(&key, &work)?;
-                let ticket = match self.fair.try_start(&key, slot) {
-                    Ok(ticket) => ticket,
-                    Err(NotStarted::InFlight) => continue,
-                    Err(NotStarted::Busy) => {
-                        skipped += 1;
-                        if skipped >= budget {
-                            return Ok(()); // A finishing attempt wakes the engine.
-                        }
-                        continue;
+    /// Reads the lane's due entries on from its cursor into memory, when few are ready or new
+    /// work was queued, up to [`READY_MAX`].
+    fn refill(&self, kind: WorkKind, now: Timestamp, lane: &mut Lane) -> Result<()> {
+        if lane.ready.len() >= READY_LOW && !std::mem::take(&mut lane.queued) {
+            return Ok(());
+        }
+        lane.queued = false;
+        // New work is read even into a full lane, a batch past the mark at most.
+        let mut room = (READY_MAX + BATCH).saturating_sub(lane.ready.len());
+        if lane.ready.len() >= READY_MAX {
+            room = room.min(BATCH);
+        }
+        while room > 0 {
+            let batch = crate::storage::queue::due_raw(
+                &self.service.db,
+                kind,
+                now,
+                lane.cursor.as_deref(),
+                BATCH,
+            )?;
+            let exhausted = batch.len() < BATCH;
+            for (key, bytes) in batch {
+                lane.cursor = Some(key.clone());
+                if !self.fair.is_in_flight(&key) && lane.ready.insert(key, bytes).is_none() {
+                    room -= 1;
+                    if room == 0 {
+                        return Ok(());
                     }
-                };
-                let shared = self.clone();
-                tasks.spawn(async move {
-                    if let Err(e) = shared.run_work(&key, &work).await {
-                        tracing::error!(error = %format!("{e:#}"), due = key, "queued work");
-                        // Keep it in flight a moment so a persistent error does not spin.
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                    }
-                    drop(ticket);
-                    shared.wake.notify_one();
-                });
+                }
             }
             if exhausted {
                 return Ok(());
             }
         }
+        Ok(())
+    }
+
+    /// Starts the lane's ready entries in due order, passing over at most `budget` entries
+    /// whose pool or share is full.
+    fn dispatch_lane(
+        self: &Arc<Self>,
+        kind: WorkKind,
+        budget: usize,
+        lane: &mut Lane,
+        tasks: &mut JoinSet<()>,
+    ) -> Result<()> {
+        let pool = pool_of(kind);
+        let mut skipped = 0;
+        let mut started = Vec::new();
+        for (key, bytes) in &lane.ready {
+            if self.fair.free_in(pool) == 0 || skipped >= budget {
+                break; // A finishing attempt wakes the engine.
+            }
+            // Most entries a round passes over are over their share: tell from the key (and the
+            // owners already known) without decoding them.
+            let (slot, work) = match self.slot_from_key(key) {
+                Some(slot) => (slot, None),
+                None => {
+                    let work: Work = crate::storage::Db::decode(key, bytes)?;
+                    (self.slot(key, &work)?, Some(work))
+                }
+            };
+            let ticket = match self.fair.try_start(key, slot) {
+                Ok(ticket) => ticket,
+                Err(NotStarted::InFlight) => {
+                    started.push(key.clone());
+                    continue;
+                }
+                Err(NotStarted::Busy) => {
+                    skipped += 1;
+                    continue;
+                }
+            };
+            started.push(key.clone());
+            let work = match work {
+                Some(work) => work,
+                None => crate::storage::Db::decode(key, bytes)?,
+            };
+            let shared = self.clone();
+            let key = key.clone();
+            tasks.spawn(async move {
+                if let Err(e) = shared.run_work(&key, &work).await {
+                    tracing::error!(error = %format!("{e:#}"), due = key, "queued work");
+                    // Keep it in flight a moment so a persistent error does not spin.
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                drop(ticket);
+                shared.done.notify_one();
+            });
+        }
+        for key in started {
+            lane.ready.remove(&key);
+        }
+        Ok(())
     }
 
     /// Runs one entry's work.
@@ -321,6 +479,31 @@ impl Shared {
             Work::Message { .. } => messages::send(&self.service, &self.http, key).await,
             Work::Mail { .. } => self.mail.send(&self.service, key).await,
         }
+    }
+
+    /// What the delivery at queue key `key` counts against, told from the key alone when its
+    /// target's owner is known (`work/{kind}/{due}/{store}/{target}/{event}`).
+    fn slot_from_key(&self, key: &str) -> Option<Slot> {
+        let mut parts = key.split('/');
+        let kind = match (parts.next(), parts.next()) {
+            (Some("work"), Some("webhook")) => Kind::Webhook,
+            (Some("work"), Some("component")) => Kind::Component,
+            _ => return None,
+        };
+        let (_due, store, target) = (parts.next()?, parts.next()?, parts.next()?);
+        let owner = self
+            .owners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(target)
+            .cloned()?;
+        Some(Slot {
+            kind,
+            target: target.to_owned(),
+            installation: owner.installation,
+            plugin: owner.plugin,
+            store: store.to_owned(),
+        })
     }
 
     /// What the work at `key` counts against (see [`fair`]).
@@ -446,7 +629,7 @@ impl Shared {
                 self.run_component(component, &event, cause, started).await
             }
         };
-        let paused = service.record_attempt(due_key, entry, &outcome)?;
+        let paused = self.record(due_key, entry, outcome.clone()).await?;
         let kind = match &target {
             Target::Webhook(_) => TargetKind::Webhook,
             Target::Component(_) => TargetKind::Component,
@@ -459,6 +642,25 @@ impl Shared {
             service.metrics.target_paused(kind);
         }
         Ok(())
+    }
+
+    /// Records an attempt through the recorder, in the next batch.
+    async fn record(
+        &self,
+        due_key: &str,
+        entry: &DueEntry,
+        outcome: Outcome,
+    ) -> Result<Option<Paused>> {
+        let (reply, recorded) = oneshot::channel();
+        let pending = Pending {
+            due_key: due_key.to_owned(),
+            entry: entry.clone(),
+            outcome,
+            reply,
+        };
+        let gone = || Error::Internal(anyhow::anyhow!("the attempt recorder stopped"));
+        self.recorder.send(pending).map_err(|_| gone())?;
+        recorded.await.map_err(|_| gone())?
     }
 
     /// Runs a component on the event in a fresh instance, on a blocking thread (it may compute

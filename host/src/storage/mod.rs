@@ -63,7 +63,7 @@ pub struct Db {
     durable: bool,
     /// Rung after a commit that queued delivery work (an event, a replay), so the delivery
     /// engine starts at once instead of at its next poll.
-    delivery: Arc<tokio::sync::Notify>,
+    delivery: Arc<queue::Signal>,
 }
 
 impl std::fmt::Debug for Db {
@@ -80,7 +80,7 @@ impl Db {
         Self {
             inner,
             durable,
-            delivery: Arc::new(tokio::sync::Notify::new()),
+            delivery: Arc::new(queue::Signal::default()),
         }
     }
 
@@ -116,6 +116,30 @@ impl Db {
                 Ok((key, value))
             })
             .collect()
+    }
+
+    /// Up to `limit` records under `prefix` in key order after the key `after`, as stored (not
+    /// decoded), with their keys.
+    pub fn list_raw(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Vec<u8>)>> {
+        self.inner
+            .scan(prefix.as_bytes(), after.map(str::as_bytes), false, limit)?
+            .into_iter()
+            .map(|(k, v)| {
+                let key = String::from_utf8(k)
+                    .map_err(|e| Error::Internal(anyhow::Error::new(e).context("key")))?;
+                Ok((key, v))
+            })
+            .collect()
+    }
+
+    /// Decodes a record read with [`Db::list_raw`].
+    pub fn decode<T: DeserializeOwned>(key: &str, bytes: &[u8]) -> Result<T> {
+        decode(key, bytes)
     }
 
     /// A scan of every record under `prefix`, read [`SCAN_BATCH`] at a time: see [`Scan`].
@@ -155,15 +179,18 @@ impl Db {
     fn transact<R>(&self, mut f: impl FnMut(&mut Tx<'_>) -> Result<R>, flush: bool) -> Result<R> {
         let mut out = None;
         let mut queued_delivery = false;
+        let mut queued = queue::Queued::default();
         let mut must_flush = false;
         self.inner.transact(&mut |txn| {
             let mut tx = Tx {
                 inner: txn,
                 queued_delivery: false,
+                queued: queue::Queued::default(),
                 flush: false,
             };
             out = Some(f(&mut tx)?);
             queued_delivery = tx.queued_delivery;
+            queued = std::mem::take(&mut tx.queued);
             must_flush = tx.flush;
             Ok(())
         })?;
@@ -171,7 +198,7 @@ impl Db {
             self.inner.flush()?;
         }
         if queued_delivery {
-            self.delivery.notify_one();
+            self.delivery.ring_queued(&queued);
         }
         out.ok_or_else(|| Error::Internal(anyhow::anyhow!("transaction produced no result")))
     }
@@ -182,7 +209,7 @@ impl Db {
     }
 
     /// What the delivery engine waits on between polls.
-    pub fn delivery_signal(&self) -> Arc<tokio::sync::Notify> {
+    pub fn delivery_signal(&self) -> Arc<queue::Signal> {
         self.delivery.clone()
     }
 }
@@ -279,6 +306,7 @@ impl Scan<'_> {
 pub struct Tx<'a> {
     inner: &'a mut dyn Txn,
     queued_delivery: bool,
+    queued: queue::Queued,
     flush: bool,
 }
 

@@ -8,6 +8,8 @@
 //! that records what came of it, or moves it a lease ahead first ([`Tx::postpone`]) for work that
 //! is retried only after a lease when a crash cuts it short.
 
+use std::sync::Mutex;
+
 use jiff::Timestamp;
 use serde::de::IgnoredAny;
 
@@ -15,7 +17,82 @@ use super::{Db, Tx};
 use crate::model::delivery::{DueEntry, millis};
 use crate::model::error::Result;
 use crate::model::ids::{MessageId, StoreId};
-use crate::model::work::{Work, WorkKind, due_ms_of};
+use crate::model::work::{WORK_PREFIX, Work, WorkKind, due_ms_of};
+
+/// What the delivery engine waits on: rung after every commit that queued work (or an event to
+/// fan out), with the earliest key the commits queued in each lane since the engine last looked,
+/// so that it reads each lane from there instead of from its head (where the work in flight is).
+#[derive(Debug, Default)]
+pub struct Signal {
+    notify: tokio::sync::Notify,
+    earliest: Mutex<Queued>,
+}
+
+impl Signal {
+    /// Waits for the next ring (one ring while nobody waits is kept for the next wait).
+    pub async fn notified(&self) {
+        self.notify.notified().await;
+    }
+
+    /// Rings without naming work (an event was committed for the fan-out, a test wakes it).
+    pub fn ring(&self) {
+        self.notify.notify_one();
+    }
+
+    /// Rings after a commit that queued `queued`.
+    pub(super) fn ring_queued(&self, queued: &Queued) {
+        if queued.0.iter().any(Option::is_some) {
+            let mut earliest = self.earliest.lock().unwrap_or_else(|e| e.into_inner());
+            for (mine, theirs) in earliest.0.iter_mut().zip(&queued.0) {
+                if let Some(key) = theirs
+                    && mine.as_ref().is_none_or(|m| key < m)
+                {
+                    *mine = Some(key.clone());
+                }
+            }
+        }
+        self.ring();
+    }
+
+    /// The earliest key queued in `kind`'s lane since the last call, and forgets them all.
+    pub fn take_earliest(&self) -> [Option<String>; 4] {
+        let mut earliest = self.earliest.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::take(&mut earliest.0)
+    }
+}
+
+/// The earliest key queued in each lane (in the order of [`WorkKind::ALL`]).
+#[derive(Debug, Default)]
+pub(super) struct Queued([Option<String>; 4]);
+
+impl Queued {
+    fn note(&mut self, kind: WorkKind, key: &str) {
+        let slot = &mut self.0[lane_index(kind)];
+        if slot.as_deref().is_none_or(|s| key < s) {
+            *slot = Some(key.to_owned());
+        }
+    }
+}
+
+/// The position of `kind` in [`WorkKind::ALL`].
+pub fn lane_index(kind: WorkKind) -> usize {
+    match kind {
+        WorkKind::Webhook => 0,
+        WorkKind::Component => 1,
+        WorkKind::Message => 2,
+        WorkKind::Mail => 3,
+    }
+}
+
+/// The position in a lane just before every entry due in the same millisecond as `key`: a scan
+/// after it reads them all.
+pub fn before_same_ms(key: &str) -> &str {
+    let lane_end = key
+        .strip_prefix(WORK_PREFIX)
+        .and_then(|rest| rest.find('/'))
+        .map_or(0, |i| WORK_PREFIX.len() + i + 1);
+    key.get(..lane_end + 21).unwrap_or(key)
+}
 
 impl Tx<'_> {
     /// Queues `work`, due at `at`, in this transaction, and wakes the delivery engine once it
@@ -23,6 +100,7 @@ impl Tx<'_> {
     pub fn enqueue(&mut self, work: &Work, at: Timestamp) -> Result<String> {
         let key = work.key(at);
         self.write(&key, work)?;
+        self.queued.note(work.kind(), &key);
         self.wake_delivery();
         Ok(key)
     }
@@ -38,6 +116,24 @@ impl Tx<'_> {
         self.write(&moved, &work)?;
         Ok(Some((moved, work)))
     }
+}
+
+/// Up to `limit` entries of `kind` due at `now`, in due order, after the key `after`, as stored
+/// (the caller decodes those it takes). Fewer than `limit` means that no other entry of the lane
+/// is due.
+pub fn due_raw(
+    db: &Db,
+    kind: WorkKind,
+    now: Timestamp,
+    after: Option<&str>,
+    limit: usize,
+) -> Result<Vec<(String, Vec<u8>)>> {
+    let now_ms = millis(now);
+    let batch = db.list_raw(&kind.prefix(), after, limit)?;
+    Ok(batch
+        .into_iter()
+        .take_while(|(key, _)| due_ms_of(key).is_some_and(|due| due <= now_ms))
+        .collect())
 }
 
 /// Up to `limit` entries of `kind` due at `now`, in due order, after the key `after`. Fewer than
@@ -175,6 +271,67 @@ mod tests {
             store_id: "store_a".parse().expect("id"),
             message_id: format!("msg_{n}").parse().expect("id"),
         }
+    }
+
+    #[test]
+    fn a_commit_tells_the_engine_the_earliest_work_it_queued_in_each_lane() {
+        let (db, _dir) = temp_db();
+        let signal = db.delivery_signal();
+        db.tx(|tx| {
+            tx.enqueue(&message(2), at(20))?;
+            tx.enqueue(&message(1), at(10))?;
+            tx.enqueue(
+                &Work::Mail {
+                    mail_id: "mail_a".parse().expect("id"),
+                },
+                at(5),
+            )
+        })
+        .expect("enqueue");
+        db.tx(|tx| tx.enqueue(&message(3), at(30)).map(drop))
+            .expect("enqueue");
+        let earliest = signal.take_earliest();
+        assert_eq!(
+            earliest[lane_index(WorkKind::Message)],
+            Some(message(1).key(at(10)))
+        );
+        assert_eq!(
+            earliest[lane_index(WorkKind::Mail)]
+                .as_deref()
+                .map(due_ms_of),
+            Some(Some(5000))
+        );
+        assert_eq!(earliest[lane_index(WorkKind::Webhook)], None);
+        assert_eq!(
+            signal.take_earliest(),
+            <[Option<String>; 4]>::default(),
+            "taken"
+        );
+
+        // An aborted transaction tells nothing.
+        let _ = db.tx(|tx| {
+            tx.enqueue(&message(0), at(1))?;
+            Err::<(), _>(crate::model::error::Error::invalid("x", "abort"))
+        });
+        assert_eq!(signal.take_earliest(), <[Option<String>; 4]>::default());
+    }
+
+    #[test]
+    fn a_scan_after_the_same_ms_position_reads_every_entry_due_in_that_ms() {
+        let (db, _dir) = temp_db();
+        db.tx(|tx| {
+            for n in [1, 2, 3] {
+                tx.enqueue(&message(n), at(10))?;
+            }
+            tx.enqueue(&message(9), at(9)).map(drop)
+        })
+        .expect("enqueue");
+        let key = message(2).key(at(10));
+        let from = before_same_ms(&key);
+        assert!(from < message(1).key(at(10)).as_str() && from > message(9).key(at(9)).as_str());
+        let found = due_raw(&db, WorkKind::Message, at(10), Some(from), 10).expect("due");
+        assert_eq!(found.len(), 3);
+        assert_eq!(before_same_ms("not a work key"), "not a work key");
     }
 
     #[test]

@@ -159,6 +159,27 @@ impl Service {
     }
 }
 
+impl Service {
+    /// Records a batch of attempts in one transaction, as [`Service::record_attempt`] does each
+    /// (the engine's group commit: every attempt that finished while the last batch was being
+    /// written goes into the next). Returns what each paused, in order.
+    pub fn record_attempts(
+        &self,
+        batch: &[(&str, &DueEntry, &Outcome)],
+    ) -> Result<Vec<Option<Paused>>> {
+        let now = self.now();
+        let route = self.mail_route;
+        self.db.tx_relaxed(|tx| {
+            batch
+                .iter()
+                .map(|(due_key, entry, outcome)| {
+                    record_attempt(tx, due_key, entry, outcome, now, route)
+                })
+                .collect()
+        })
+    }
+}
+
 /// Records an attempt and moves the delivery on: done on success; otherwise the next retry of
 /// the schedule, counted from now; after the last retry, failed, and the target paused, with the
 /// notice to its owner queued (`route`) in this same transaction, so that the pause is never
@@ -447,6 +468,40 @@ mod tests {
             [Work::Mail {
                 mail_id: mails[0].id.clone()
             }]
+        );
+    }
+
+    #[test]
+    fn a_batch_of_attempts_is_recorded_in_one_transaction_each_as_alone() {
+        let (service, _clock, _dir) = one_queued_delivery();
+        let (key, entry) = entry(&service);
+        let now = service.now();
+        let mut ok = Outcome::unsent(now, String::new());
+        ok.succeeded = true;
+        ok.status_code = Some(200);
+        let failed = failed(now);
+        // The same delivery twice in one batch: the first attempt moves it on (succeeded), the
+        // second is recorded in the log but no longer current.
+        let paused = service
+            .record_attempts(&[(&key, &entry, &ok), (&key, &entry, &failed)])
+            .expect("record");
+        assert_eq!(paused.len(), 2);
+        let delivery: Delivery = service
+            .db
+            .read(&delivery_key(
+                &entry.store_id,
+                &entry.target,
+                &entry.event_id,
+            ))
+            .expect("read")
+            .expect("delivery");
+        assert_eq!(delivery.status, DeliveryStatus::Succeeded);
+        assert_eq!(delivery.attempts, 2, "both attempts are in the log");
+        assert!(
+            due(&service.db, WorkKind::Webhook, now, None, 10)
+                .expect("due")
+                .is_empty(),
+            "no retry queued by the stale second attempt"
         );
     }
 
