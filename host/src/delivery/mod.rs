@@ -73,6 +73,9 @@ struct Owner {
     installation: String,
     plugin: String,
 }
+/// Events the engine keeps decoded for their other deliveries; past this it starts again.
+const MAX_EVENTS_CACHED: usize = 1024;
+
 const PURGE_EVERY: SignedDuration = SignedDuration::from_mins(1);
 
 /// The pool a kind of work draws from.
@@ -179,6 +182,8 @@ struct Shared {
     wake: Arc<crate::storage::queue::Signal>,
     /// Rung when a piece of work finishes (its place in the pool is free).
     done: Notify,
+    /// Events read for recent attempts (see [`Shared::event`]).
+    events: Mutex<HashMap<String, Arc<crate::model::event::Event>>>,
     /// Where finished attempts go to be recorded (see [`record_attempts`]).
     recorder: mpsc::UnboundedSender<Pending>,
 }
@@ -208,6 +213,7 @@ impl Engine {
             last_sweep: Mutex::new(std::time::Instant::now()),
             owners: Mutex::default(),
             done: Notify::new(),
+            events: Mutex::default(),
             recorder,
         });
         let (stop, stopped) = watch::channel(false);
@@ -589,7 +595,7 @@ impl Shared {
                 &entry.event_id,
             ))?
         } else {
-            service.stored_event(&entry.store_id, &entry.event_id)?
+            self.event(&entry.store_id, &entry.event_id)?
         };
         let Some(event) = stored else {
             return queue::fail_unsent(db, due_key, entry, "the event expired");
@@ -642,6 +648,31 @@ impl Shared {
             service.metrics.target_paused(kind);
         }
         Ok(())
+    }
+
+    /// A stored event, from the recent ones when one of its deliveries read it already (an
+    /// event's deliveries to every target come due together; events never change).
+    fn event(
+        &self,
+        store: &crate::model::ids::StoreId,
+        id: &crate::model::ids::EventId,
+    ) -> Result<Option<crate::model::event::Event>> {
+        let key = crate::model::event::event_key(store, id);
+        let recent = |events: &Mutex<HashMap<String, Arc<crate::model::event::Event>>>| {
+            events.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned()
+        };
+        if let Some(event) = recent(&self.events) {
+            return Ok(Some((*event).clone()));
+        }
+        let Some(event) = self.service.stored_event(store, id)? else {
+            return Ok(None);
+        };
+        let mut events = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        if events.len() >= MAX_EVENTS_CACHED {
+            events.clear();
+        }
+        events.insert(key, Arc::new(event.clone()));
+        Ok(Some(event))
     }
 
     /// Records an attempt through the recorder, in the next batch.
