@@ -2,12 +2,17 @@
 //!
 //! One [`Runtime`] (one wasmtime `Engine`, the pooling allocator, an epoch ticker) for every plugin;
 //! each component is validated and compiled once at publish, kept precompiled on disk beside its
-//! original bytes (so a restart does not compile again), and loaded into one `InstancePre` per
-//! plugin version. Every event is delivered to a fresh instance with the installation's identity;
-//! host functions go through the same service layer as the REST API.
+//! original bytes (so a restart does not compile again). A plugin version is loaded on its first
+//! event, not before (a restart maps nothing), by mapping its precompiled file; versions whose
+//! compiled bytes are identical share one loaded component (one `InstancePre`), and the
+//! components held are bounded ([`RuntimeConfig::max_loaded_components`]): the least recently
+//! used are let go and mapped again on their next event (see `cache`). Every event is delivered to
+//! a fresh instance with the installation's identity; host functions go through the same service
+//! layer as the REST API.
 
 use crate::model::plugin::ComponentInfo;
 pub mod bindings;
+pub mod cache;
 mod convert;
 mod deadline;
 mod host;
@@ -15,9 +20,11 @@ pub mod limits;
 pub mod runtime;
 pub mod state;
 
-use std::collections::HashMap;
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
 
@@ -25,6 +32,7 @@ use crate::model::error::{Error, Result};
 use crate::model::event::Event;
 use crate::model::plugin::Manifest;
 use crate::service::{Actor, Service};
+pub use cache::CacheStats;
 pub use limits::Limits;
 pub use runtime::{Failure, Outcome, RuntimeConfig};
 pub use runtime::{LoadedPlugin, Runtime};
@@ -34,7 +42,7 @@ pub use state::HostCall;
 pub struct Plugins {
     runtime: Runtime,
     dir: PathBuf,
-    loaded: Mutex<HashMap<(String, String), LoadedPlugin>>,
+    loaded: Mutex<cache::Cache<FileId, LoadedPlugin>>,
 }
 
 impl std::fmt::Debug for Plugins {
@@ -52,14 +60,28 @@ fn file_stem(name: &str, version: &str) -> String {
 impl Plugins {
     /// A runtime keeping components in `dir`. The limits of each invocation are the service
     /// layer's ([`Service::component_limits`]).
+    /// Nothing is loaded yet: each plugin version is, on its first event.
     pub fn new(dir: &Path, config: RuntimeConfig) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir)?;
+        let bounds = cache::Bounds {
+            max_components: config.max_loaded_components,
+            max_bytes: config.max_loaded_component_bytes,
+        };
         Ok(Self {
             runtime: Runtime::new(config)
                 .map_err(|e| anyhow::anyhow!("starting the component runtime: {e:#}"))?,
             dir: dir.to_owned(),
-            loaded: Mutex::new(HashMap::new()),
+            loaded: Mutex::new(cache::Cache::new(bounds)),
         })
+    }
+
+    /// What the cache of loaded components holds and has done since the start.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.cache().stats()
+    }
+
+    fn cache(&self) -> MutexGuard<'_, cache::Cache<FileId, LoadedPlugin>> {
+        self.loaded.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The runtime underneath (for benchmarks that measure it bare).
@@ -88,6 +110,8 @@ impl Plugins {
         let stem = file_stem(&manifest.name, &manifest.version);
         write_atomically(&self.dir.join(format!("{stem}.wasm")), wasm)?;
         write_atomically(&self.dir.join(format!("{stem}.cwasm")), &compiled)?;
+        // Whatever was loaded under this name and version is not what runs from now on.
+        self.cache().forget(&stem);
         Ok(ComponentInfo {
             sha256: hex::encode(Sha256::digest(wasm)),
             size: wasm.len() as u64,
@@ -114,48 +138,84 @@ impl Plugins {
         service.publish_plugin(manifest, templates, info)
     }
 
-    /// The `InstancePre` of a plugin version: from memory, else from its precompiled file (no
-    /// compilation), else compiled again from its bytes (after a host upgrade changed the format).
+    /// The `InstancePre` of a plugin version: the loaded component while its precompiled file is
+    /// unchanged, else the one loaded for identical compiled bytes (by SHA-256), else mapped from
+    /// its precompiled file (no compilation), else compiled again from its bytes (after a host
+    /// upgrade changed the format, or when only the compiled file is missing). Its files checked
+    /// on every call: a version whose files were replaced runs the new ones, and one whose files
+    /// were removed fails instead of running from memory.
     pub fn load(&self, name: &str, version: &str) -> Result<LoadedPlugin> {
-        let key = (name.to_owned(), version.to_owned());
-        if let Some(loaded) = self
-            .loaded
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-        {
-            return Ok(loaded.clone());
-        }
         let stem = file_stem(name, version);
         let cwasm = self.dir.join(format!("{stem}.cwasm"));
-        // SAFETY: the file was written by `store_component` from `precompile_component` of an
-        // engine of this host (wasmtime checks its version and settings) and is never modified
-        // in place (replaced atomically by rename).
-        #[allow(unsafe_code)]
-        let loaded = match unsafe { self.runtime.load_precompiled(&cwasm) } {
-            Ok(loaded) => loaded,
-            Err(first) => {
-                let wasm = std::fs::read(self.dir.join(format!("{stem}.wasm")))
-                    .map_err(|e| anyhow::anyhow!("component {stem} is missing ({first}): {e}"))?;
-                let compiled = self
-                    .runtime
-                    .precompile(&wasm)
-                    .map_err(|e| anyhow::anyhow!("recompiling {stem}: {e}"))?;
-                write_atomically(&cwasm, &compiled)?;
-                #[allow(unsafe_code)]
-                // SAFETY: as above; written just now.
-                unsafe { self.runtime.load_precompiled(&cwasm) }
-                    .map_err(|e| anyhow::anyhow!("loading {stem}: {e}"))?
+        let mut recompiled = false;
+        // A file replaced while it is hashed or mapped is looked at again (a few times at most).
+        for _ in 0..4 {
+            let file = match std::fs::metadata(&cwasm) {
+                Ok(meta) => FileId::of(&meta),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && !recompiled => {
+                    self.cache().forget(&stem);
+                    self.recompile(&stem, &cwasm, "the precompiled file is missing")?;
+                    recompiled = true;
+                    continue;
+                }
+                Err(e) => {
+                    self.cache().forget(&stem);
+                    return Err(anyhow::anyhow!("component {stem}: {e}").into());
+                }
+            };
+            let lookup = self.cache().lookup(&stem, &file);
+            let digest = match lookup {
+                cache::Lookup::Hit(loaded) => return Ok(loaded),
+                cache::Lookup::Known(digest) => digest,
+                cache::Lookup::Unknown => {
+                    let Some(digest) = digest_file(&cwasm, &file)? else {
+                        continue;
+                    };
+                    if let Some(loaded) = self.cache().share(&stem, file, digest) {
+                        return Ok(loaded);
+                    }
+                    digest
+                }
+            };
+            // SAFETY: the file was written by `store_component` (or `recompile`) from
+            // `precompile_component` of an engine of this host (wasmtime checks its version and
+            // settings) and is never modified in place (replaced atomically by rename).
+            #[allow(unsafe_code)]
+            let mapped = unsafe { self.runtime.load_precompiled(&cwasm) };
+            match mapped {
+                Ok(loaded) => {
+                    // Still the file that was hashed (a replacement is a new file)?
+                    match std::fs::metadata(&cwasm) {
+                        Ok(meta) if FileId::of(&meta) == file => {}
+                        _ => continue,
+                    }
+                    let size = file.len;
+                    return Ok(self.cache().insert(&stem, file, digest, loaded, size));
+                }
+                Err(first) if !recompiled => {
+                    self.cache().forget(&stem);
+                    self.recompile(&stem, &cwasm, &first)?;
+                    recompiled = true;
+                }
+                Err(e) => return Err(anyhow::anyhow!("loading {stem}: {e}").into()),
             }
-        };
-        self.loaded
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key, loaded.clone());
-        Ok(loaded)
+        }
+        Err(anyhow::anyhow!("component {stem} kept changing while it was loaded").into())
     }
 
-    /// Loads every given plugin version ahead of its first event.
+    /// Compiles `stem`'s component again from its bytes into its precompiled file.
+    fn recompile(&self, stem: &str, cwasm: &Path, why: impl std::fmt::Display) -> Result<()> {
+        let wasm = std::fs::read(self.dir.join(format!("{stem}.wasm")))
+            .map_err(|e| anyhow::anyhow!("component {stem} is missing ({why}): {e}"))?;
+        let compiled = self
+            .runtime
+            .precompile(&wasm)
+            .map_err(|e| anyhow::anyhow!("recompiling {stem}: {e}"))?;
+        write_atomically(cwasm, &compiled)
+    }
+
+    /// Loads every given plugin version ahead of its first event (within the cache's bounds:
+    /// beyond them, the least recently loaded are let go again).
     pub fn preload<'a>(
         &self,
         versions: impl IntoIterator<Item = (&'a str, &'a str)>,
@@ -204,11 +264,77 @@ pub fn wit_event(event: &Event) -> Result<bindings::commerce::plugin::events::Ev
     Ok(convert::event(event)?)
 }
 
+/// The identity of a file: a file replaced by another (a rename over it) or rewritten differs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileId {
+    len: u64,
+    modified: Option<SystemTime>,
+    #[cfg(unix)]
+    dev: u64,
+    #[cfg(unix)]
+    ino: u64,
+}
+
+impl FileId {
+    fn of(meta: &std::fs::Metadata) -> Self {
+        #[cfg(unix)]
+        use std::os::unix::fs::MetadataExt as _;
+        Self {
+            len: meta.len(),
+            modified: meta.modified().ok(),
+            #[cfg(unix)]
+            dev: meta.dev(),
+            #[cfg(unix)]
+            ino: meta.ino(),
+        }
+    }
+}
+
+/// The SHA-256 of the file at `path`, if it is still the file `expected`.
+fn digest_file(path: &Path, expected: &FileId) -> Result<Option<cache::Digest>> {
+    let mut file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(anyhow::anyhow!("reading {}: {e}", path.display()).into()),
+    };
+    let meta = file
+        .metadata()
+        .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+    if FileId::of(&meta) != *expected {
+        return Ok(None);
+    }
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; 64 << 10];
+    loop {
+        let n = file
+            .read(&mut buffer)
+            .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+        if n == 0 {
+            return Ok(Some(hasher.finalize().into()));
+        }
+        hasher.update(&buffer[..n]);
+    }
+}
+
+/// Writes `bytes` to `path` whole or not at all: into a temporary file of this writer's own
+/// (two writers of the same file never share one), then renamed over `path`.
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes).map_err(|e| anyhow::anyhow!("writing {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path)
-        .map_err(|e| anyhow::anyhow!("renaming to {}: {e}", path.display()))?;
+    static WRITES: AtomicU64 = AtomicU64::new(0);
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(
+        ".{}.{}.tmp",
+        std::process::id(),
+        WRITES.fetch_add(1, Ordering::Relaxed)
+    ));
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, bytes).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        anyhow::anyhow!("writing {}: {e}", tmp.display())
+    })?;
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        anyhow::anyhow!("renaming to {}: {e}", path.display())
+    })?;
     Ok(())
 }
 
