@@ -1,14 +1,15 @@
 //! The loaded components: loaded on a plugin's first event (a restart maps nothing), shared
 //! between plugins whose compiled bytes are identical, bounded (the least recently used is let
 //! go and loaded again), and never stale: new compiled files run instead of the loaded ones, and a
-//! plugin whose files are gone stops running.
+//! plugin whose files are gone stops running, whether the components folder is watched or every
+//! load checks its file.
 
 use commerce_host::Service;
 use commerce_host::model::event::Event;
 use commerce_host::model::ids::StoreId;
 use commerce_host::model::plugin::Manifest;
 use commerce_host::model::store::Installation;
-use commerce_host::plugins::{Failure, Outcome, Plugins, RuntimeConfig};
+use commerce_host::plugins::{Failure, FileChecks, Outcome, Plugins, RuntimeConfig};
 use commerce_host::service::PageRequest;
 use commerce_host_tests::TestHost;
 use commerce_host_tests::components::component;
@@ -195,60 +196,85 @@ fn a_component_let_go_past_the_bound_is_loaded_again_on_its_next_event() {
     );
 }
 
+/// Both ways of noticing changed files: the watch on the folder, and a check at every load.
+const CHECKS: [FileChecks; 2] = [FileChecks::Watch, FileChecks::EveryLoad];
+
 #[test]
 fn new_compiled_files_run_instead_of_the_loaded_component() {
-    let host = Host::start(|_| {});
     let hostile = component("hostile");
-    let swap = host.publish("swap", "1.0.0", &hostile);
-    let (installation, event) = host.install("swap", json!({"mode": "fail"}));
-    assert!(refused(
-        &host.run(&swap, &installation, &event).expect("ran")
-    ));
+    let thanks = component("order-thanks");
+    for checks in CHECKS {
+        let host = Host::start(|config| config.file_checks = checks);
+        assert_eq!(
+            host.plugins.watches_files(),
+            checks == FileChecks::Watch && cfg!(target_os = "linux")
+        );
+        let swap = host.publish("swap", "1.0.0", &hostile);
+        let (installation, event) = host.install("swap", json!({"mode": "fail"}));
+        assert!(refused(
+            &host.run(&swap, &installation, &event).expect("ran")
+        ));
 
-    // Stored again under the same name and version (as a publish does), with other code: the
-    // thank-you plugin, which has nothing to do on `plugin.configured`.
-    host.plugins
-        .store_component(&swap, &component("order-thanks"), "component")
-        .expect("stored");
-    assert_eq!(
-        host.run(&swap, &installation, &event).expect("ran").result,
-        Ok(())
-    );
+        // Stored again under the same name and version (as a publish does), with other code: the
+        // thank-you plugin, which has nothing to do on `plugin.configured`.
+        host.plugins
+            .store_component(&swap, &thanks, "component")
+            .expect("stored");
+        let ran = host.run(&swap, &installation, &event).expect("ran");
+        assert_eq!(ran.result, Ok(()), "{checks:?}");
 
-    // Replaced on disk by another writer (a rename over it): noticed without being told.
-    let other = host.publish("other", "1.0.0", &hostile);
-    let tmp = host.file("swap", "1.0.0", "cwasm.new");
-    std::fs::copy(host.file("other", "1.0.0", "cwasm"), &tmp).expect("copied");
-    std::fs::rename(&tmp, host.file("swap", "1.0.0", "cwasm")).expect("renamed");
-    assert!(refused(
-        &host.run(&swap, &installation, &event).expect("ran")
-    ));
-    let _ = other;
-    assert_eq!(
-        host.plugins.cache_stats().components,
-        1,
-        "the replaced components were let go"
-    );
+        // Replaced on disk by another writer (a rename over it): noticed without being told.
+        host.publish("other", "1.0.0", &hostile);
+        let tmp = host.file("swap", "1.0.0", "cwasm.new");
+        std::fs::copy(host.file("other", "1.0.0", "cwasm"), &tmp).expect("copied");
+        std::fs::rename(&tmp, host.file("swap", "1.0.0", "cwasm")).expect("renamed");
+        let ran = host.run(&swap, &installation, &event).expect("ran");
+        assert!(refused(&ran), "{checks:?}: {:?}", ran.result);
+        assert_eq!(
+            host.plugins.cache_stats().components,
+            1,
+            "{checks:?}: the replaced components were let go"
+        );
+    }
 }
 
 #[test]
 fn a_plugin_whose_files_are_removed_stops_running_instead_of_running_from_memory() {
-    let host = Host::start(|_| {});
-    let m = host.publish("gone", "1.0.0", &component("hostile"));
-    let (installation, event) = host.install("gone", json!({"mode": "ok"}));
-    assert_eq!(
-        host.run(&m, &installation, &event).expect("ran").result,
-        Ok(())
-    );
+    let hostile = component("hostile");
+    for checks in CHECKS {
+        let host = Host::start(|config| config.file_checks = checks);
+        let m = host.publish("gone", "1.0.0", &hostile);
+        // Another plugin with the same code keeps the component loaded.
+        let twin = host.publish("twin", "1.0.0", &hostile);
+        let (installation, event) = host.install("gone", json!({"mode": "ok"}));
+        let (twin_installation, twin_event) = host.install("twin", json!({"mode": "ok"}));
+        for (m, i, e) in [
+            (&m, &installation, &event),
+            (&twin, &twin_installation, &twin_event),
+        ] {
+            assert_eq!(host.run(m, i, e).expect("ran").result, Ok(()));
+        }
 
-    std::fs::remove_file(host.file("gone", "1.0.0", "wasm")).expect("removed");
-    std::fs::remove_file(host.file("gone", "1.0.0", "cwasm")).expect("removed");
-    let error = host
-        .run(&m, &installation, &event)
-        .expect_err("no component to run");
-    assert!(error.to_string().contains("gone@1.0.0"), "{error}");
-    let stats = host.plugins.cache_stats();
-    assert_eq!((stats.versions, stats.components), (0, 0), "{stats:?}");
+        std::fs::remove_file(host.file("gone", "1.0.0", "wasm")).expect("removed");
+        std::fs::remove_file(host.file("gone", "1.0.0", "cwasm")).expect("removed");
+        let error = host
+            .run(&m, &installation, &event)
+            .expect_err("no component to run");
+        assert!(
+            error.to_string().contains("gone@1.0.0"),
+            "{checks:?}: {error}"
+        );
+        let stats = host.plugins.cache_stats();
+        assert_eq!(
+            (stats.versions, stats.components),
+            (1, 1),
+            "{checks:?}: {stats:?}"
+        );
+        let ran = host
+            .run(&twin, &twin_installation, &twin_event)
+            .expect("ran");
+        assert_eq!(ran.result, Ok(()), "{checks:?}: its twin runs on");
+    }
 }
 
 #[tokio::test]

@@ -108,6 +108,13 @@ impl<I: PartialEq + Clone, V: Clone> Cache<I, V> {
         }
     }
 
+    /// The component of `stem` if it is loaded, without comparing its file (for a watched folder,
+    /// where a changed file has already been forgotten).
+    pub fn get(&mut self, stem: &str) -> Option<V> {
+        let digest = self.versions.get(stem)?.digest;
+        self.touch(&digest)
+    }
+
     /// Records that `stem`'s file `file` has `digest`, and returns the component of that digest
     /// if another version already loaded it.
     pub fn share(&mut self, stem: &str, file: I, digest: Digest) -> Option<V> {
@@ -161,6 +168,14 @@ impl<I: PartialEq + Clone, V: Clone> Cache<I, V> {
         if let Some(old) = self.versions.remove(stem) {
             self.drop_if_unused(&old.digest);
         }
+    }
+
+    /// Forgets every version and lets every component go (changes may have been missed).
+    pub fn forget_all(&mut self) {
+        self.versions.clear();
+        self.held.clear();
+        self.recency.clear();
+        self.stats.bytes = 0;
     }
 
     /// What the cache holds and has done.
@@ -322,6 +337,20 @@ mod tests {
         c.insert("big@1", (9, 0), digest(9), "big", 100);
         assert_eq!((c.stats().components, c.stats().bytes), (1, 100));
         assert!(matches!(c.lookup("big@1", &(9, 0)), Lookup::Hit("big")));
+    }
+
+    #[test]
+    fn a_version_is_got_without_its_file_only_while_known_and_loaded() {
+        let mut c = cache(1, 1 << 20);
+        assert_eq!(c.get("a@1"), None);
+        load(&mut c, "a@1", (1, 0), digest(1), "a");
+        assert_eq!(c.get("a@1"), Some("a"));
+        load(&mut c, "b@1", (2, 0), digest(2), "b");
+        assert_eq!(c.get("a@1"), None, "let go");
+        c.forget_all();
+        assert_eq!(c.get("b@1"), None);
+        assert_eq!(c.stats().versions + c.stats().components, 0);
+        assert_eq!(c.stats().bytes, 0);
     }
 
     #[test]

@@ -19,6 +19,7 @@ mod host;
 pub mod limits;
 pub mod runtime;
 pub mod state;
+pub mod watch;
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
@@ -37,12 +38,34 @@ pub use limits::Limits;
 pub use runtime::{Failure, Outcome, RuntimeConfig};
 pub use runtime::{LoadedPlugin, Runtime};
 pub use state::HostCall;
+pub use watch::FileChecks;
 
 /// Installed components and the runtime that runs them.
 pub struct Plugins {
     runtime: Runtime,
     dir: PathBuf,
-    loaded: Mutex<cache::Cache<FileId, LoadedPlugin>>,
+    loaded: Mutex<Loaded>,
+}
+
+/// The loaded components and the watch that keeps them current, under one lock.
+struct Loaded {
+    cache: cache::Cache<FileId, LoadedPlugin>,
+    watcher: watch::Watcher,
+}
+
+impl Loaded {
+    /// Forgets the versions whose files changed since the last look (when the folder is watched).
+    fn sync(&mut self) {
+        match self.watcher.drain() {
+            None => {}
+            Some(watch::Changes::Stems(stems)) => {
+                for stem in &stems {
+                    self.cache.forget(stem);
+                }
+            }
+            Some(watch::Changes::Everything) => self.cache.forget_all(),
+        }
+    }
 }
 
 impl std::fmt::Debug for Plugins {
@@ -67,21 +90,34 @@ impl Plugins {
             max_components: config.max_loaded_components,
             max_bytes: config.max_loaded_component_bytes,
         };
+        let watcher = watch::Watcher::new(dir, config.file_checks);
         Ok(Self {
             runtime: Runtime::new(config)
                 .map_err(|e| anyhow::anyhow!("starting the component runtime: {e:#}"))?,
             dir: dir.to_owned(),
-            loaded: Mutex::new(cache::Cache::new(bounds)),
+            loaded: Mutex::new(Loaded {
+                cache: cache::Cache::new(bounds),
+                watcher,
+            }),
         })
     }
 
     /// What the cache of loaded components holds and has done since the start.
     pub fn cache_stats(&self) -> CacheStats {
-        self.cache().stats()
+        self.loaded().cache.stats()
     }
 
-    fn cache(&self) -> MutexGuard<'_, cache::Cache<FileId, LoadedPlugin>> {
-        self.loaded.lock().unwrap_or_else(|e| e.into_inner())
+    /// Whether the components folder is watched for changes ([`FileChecks::Watch`] where the
+    /// platform allows it); otherwise every load checks its file.
+    pub fn watches_files(&self) -> bool {
+        self.loaded().watcher.watching()
+    }
+
+    /// The loaded components, current with the changes the watch noticed.
+    fn loaded(&self) -> MutexGuard<'_, Loaded> {
+        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        loaded.sync();
+        loaded
     }
 
     /// The runtime underneath (for benchmarks that measure it bare).
@@ -111,7 +147,7 @@ impl Plugins {
         write_atomically(&self.dir.join(format!("{stem}.wasm")), wasm)?;
         write_atomically(&self.dir.join(format!("{stem}.cwasm")), &compiled)?;
         // Whatever was loaded under this name and version is not what runs from now on.
-        self.cache().forget(&stem);
+        self.loaded().cache.forget(&stem);
         Ok(ComponentInfo {
             sha256: hex::encode(Sha256::digest(wasm)),
             size: wasm.len() as u64,
@@ -141,11 +177,21 @@ impl Plugins {
     /// The `InstancePre` of a plugin version: the loaded component while its precompiled file is
     /// unchanged, else the one loaded for identical compiled bytes (by SHA-256), else mapped from
     /// its precompiled file (no compilation), else compiled again from its bytes (after a host
-    /// upgrade changed the format, or when only the compiled file is missing). Its files checked
-    /// on every call: a version whose files were replaced runs the new ones, and one whose files
-    /// were removed fails instead of running from memory.
+    /// upgrade changed the format, or when only the compiled file is missing). A version whose
+    /// files were replaced runs the new ones, and one whose files were removed fails instead of
+    /// running from memory: the watch on the folder forgets them at once, or, where the folder is
+    /// not watched, every call compares the compiled file's identity (see [`FileChecks`]).
     pub fn load(&self, name: &str, version: &str) -> Result<LoadedPlugin> {
         let stem = file_stem(name, version);
+        {
+            // A watched folder: a version still known has unchanged files.
+            let mut loaded = self.loaded();
+            if loaded.watcher.watching()
+                && let Some(hit) = loaded.cache.get(&stem)
+            {
+                return Ok(hit);
+            }
+        }
         let cwasm = self.dir.join(format!("{stem}.cwasm"));
         let mut recompiled = false;
         // A file replaced while it is hashed or mapped is looked at again (a few times at most).
@@ -153,17 +199,17 @@ impl Plugins {
             let file = match std::fs::metadata(&cwasm) {
                 Ok(meta) => FileId::of(&meta),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound && !recompiled => {
-                    self.cache().forget(&stem);
+                    self.loaded().cache.forget(&stem);
                     self.recompile(&stem, &cwasm, "the precompiled file is missing")?;
                     recompiled = true;
                     continue;
                 }
                 Err(e) => {
-                    self.cache().forget(&stem);
+                    self.loaded().cache.forget(&stem);
                     return Err(anyhow::anyhow!("component {stem}: {e}").into());
                 }
             };
-            let lookup = self.cache().lookup(&stem, &file);
+            let lookup = self.loaded().cache.lookup(&stem, &file);
             let digest = match lookup {
                 cache::Lookup::Hit(loaded) => return Ok(loaded),
                 cache::Lookup::Known(digest) => digest,
@@ -171,8 +217,12 @@ impl Plugins {
                     let Some(digest) = digest_file(&cwasm, &file)? else {
                         continue;
                     };
-                    if let Some(loaded) = self.cache().share(&stem, file, digest) {
-                        return Ok(loaded);
+                    let mut loaded = self.loaded();
+                    if !is_file(&cwasm, &file) {
+                        continue;
+                    }
+                    if let Some(shared) = loaded.cache.share(&stem, file, digest) {
+                        return Ok(shared);
                     }
                     digest
                 }
@@ -183,17 +233,15 @@ impl Plugins {
             #[allow(unsafe_code)]
             let mapped = unsafe { self.runtime.load_precompiled(&cwasm) };
             match mapped {
-                Ok(loaded) => {
-                    // Still the file that was hashed (a replacement is a new file)?
-                    match std::fs::metadata(&cwasm) {
-                        Ok(meta) if FileId::of(&meta) == file => {}
-                        _ => continue,
+                Ok(mapped) => {
+                    let mut loaded = self.loaded();
+                    if !is_file(&cwasm, &file) {
+                        continue;
                     }
-                    let size = file.len;
-                    return Ok(self.cache().insert(&stem, file, digest, loaded, size));
+                    return Ok(loaded.cache.insert(&stem, file, digest, mapped, file.len));
                 }
                 Err(first) if !recompiled => {
-                    self.cache().forget(&stem);
+                    self.loaded().cache.forget(&stem);
                     self.recompile(&stem, &cwasm, &first)?;
                     recompiled = true;
                 }
@@ -288,6 +336,13 @@ impl FileId {
             ino: meta.ino(),
         }
     }
+}
+
+/// Whether `path` is still the file `file`. Checked under the lock before a version is recorded:
+/// a change before it is seen here, and one after it is queued for the watch (so a recorded
+/// version is never stale, even when another thread drained the change meanwhile).
+fn is_file(path: &Path, file: &FileId) -> bool {
+    matches!(std::fs::metadata(path), Ok(meta) if FileId::of(&meta) == *file)
 }
 
 /// The SHA-256 of the file at `path`, if it is still the file `expected`.

@@ -41,6 +41,8 @@ pub struct RuntimeConfig {
     /// Total size of the compiled forms of the loaded components at most, in bytes (the same
     /// least-recently-used rule; the component in use is held even when larger).
     pub max_loaded_component_bytes: u64,
+    /// How a loaded component notices that its files on disk changed or vanished.
+    pub file_checks: super::FileChecks,
 }
 
 impl Default for RuntimeConfig {
@@ -53,6 +55,7 @@ impl Default for RuntimeConfig {
             address_map: true,
             max_loaded_components: 128,
             max_loaded_component_bytes: 256 << 20,
+            file_checks: super::FileChecks::Watch,
         }
     }
 }
