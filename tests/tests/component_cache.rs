@@ -178,6 +178,46 @@ fn plugins_published_with_the_same_component_share_one_loaded_copy() {
 }
 
 #[test]
+fn plugins_loaded_from_many_threads_at_once_still_share_one_component() {
+    let host = Host::start(|_| {});
+    let wasm = component("hostile");
+    let plugins: Vec<_> = (0..4)
+        .map(|i| {
+            let name = format!("crowd-{i}");
+            let manifest = host.publish(&name, "1.0.0", &wasm);
+            let (installation, event) = host.install(&name, json!({"mode": "ok"}));
+            (manifest, installation, event)
+        })
+        .collect();
+    // A fresh runtime on the folder, so that every thread's first event is a load.
+    let host = Host {
+        plugins: Plugins::new(
+            &host.data.path().join("components"),
+            RuntimeConfig::default(),
+        )
+        .expect("a runtime"),
+        ..host
+    };
+    std::thread::scope(|scope| {
+        for thread in 0..8 {
+            let (host, plugins) = (&host, &plugins);
+            scope.spawn(move || {
+                for round in 0..3 {
+                    let (m, i, e) = &plugins[(thread + round) % plugins.len()];
+                    assert_eq!(host.run(m, i, e).expect("ran").result, Ok(()));
+                }
+            });
+        }
+    });
+    let stats = host.plugins.cache_stats();
+    assert_eq!(
+        (stats.versions, stats.components, stats.loads),
+        (4, 1, 1),
+        "{stats:?}"
+    );
+}
+
+#[test]
 fn a_component_let_go_past_the_bound_is_loaded_again_on_its_next_event() {
     let host = Host::start(|config| config.max_loaded_components = 1);
     let left = host.publish("left", "1.0.0", &component("hostile"));

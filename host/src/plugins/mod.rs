@@ -82,8 +82,8 @@ fn file_stem(name: &str, version: &str) -> String {
 
 impl Plugins {
     /// A runtime keeping components in `dir`. The limits of each invocation are the service
-    /// layer's ([`Service::component_limits`]).
-    /// Nothing is loaded yet: each plugin version is, on its first event.
+    /// layer's ([`Service::component_limits`]). Nothing is loaded yet: each plugin version is, on
+    /// its first event.
     pub fn new(dir: &Path, config: RuntimeConfig) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir)?;
         let bounds = cache::Bounds {
@@ -314,7 +314,7 @@ pub fn wit_event(event: &Event) -> Result<bindings::commerce::plugin::events::Ev
 
 /// The identity of a file: a file replaced by another (a rename over it) or rewritten differs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FileId {
+struct FileId {
     len: u64,
     modified: Option<SystemTime>,
     #[cfg(unix)]
