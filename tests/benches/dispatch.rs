@@ -2,17 +2,26 @@
 //! (`Plugins::invoke`: stored event → typed WIT event, limits, actor) and through the whole
 //! delivery engine (event committed → attempt recorded), beside the bare floor measured in the same
 //! run (the same component instantiated from its `InstancePre` and called directly with a prepared
-//! event); then the host's memory with 1,000 installed plugins.
+//! event); then the host's memory with 1,000 installed plugins after one event each (the same
+//! component under 1,000 names, then with distinct compiled bytes each), and the time a restarted
+//! host (a fresh process running `commerce_host::run` on that data folder) takes until it serves an
+//! event to one of them.
 //!
-//! `cargo bench -p commerce-host-tests --bench dispatch` (env `DISPATCH_EVENTS`, `PLUGINS`).
+//! `cargo bench -p commerce-host-tests --bench dispatch` (env `DISPATCH_EVENTS`, `PLUGINS`); the
+//! figures also go to `target/bench/dispatch.json`.
 
 use std::time::{Duration, Instant};
 
 use commerce_host::Config;
-use commerce_host::model::plugin::Manifest;
+use commerce_host::model::plugin::{ComponentInfo, Manifest};
 use commerce_host::plugins::Plugins;
 use commerce_host::service::PageRequest;
+use commerce_host_tests::bench::Figures;
 use commerce_host_tests::components::component;
+
+const ADMIN_TOKEN: &str = "bench-admin-token-0123456789";
+/// Set in the child process that measures a restart: the data folder to serve.
+const RESTART_DIR: &str = "DISPATCH_RESTART_DIR";
 
 fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration) {
     samples.sort();
@@ -20,23 +29,41 @@ fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration) {
     (at(0.5), at(0.99))
 }
 
-fn report(name: &str, n: usize, elapsed: Duration, samples: Vec<Duration>) {
+/// Prints a line of the table; returns events/s and the p50 in milliseconds.
+fn report(name: &str, n: usize, elapsed: Duration, samples: Vec<Duration>) -> (f64, f64) {
     let (p50, p99) = percentiles(samples);
+    let per_s = n as f64 / elapsed.as_secs_f64();
     println!(
-        "{name:<44} {:>8.0} events/s   p50 {:>8.3} ms   p99 {:>8.3} ms",
-        n as f64 / elapsed.as_secs_f64(),
+        "{name:<44} {per_s:>8.0} events/s   p50 {:>8.3} ms   p99 {:>8.3} ms",
         p50.as_secs_f64() * 1e3,
         p99.as_secs_f64() * 1e3
     );
+    (per_s, p50.as_secs_f64() * 1e3)
 }
 
-fn rss_mib() -> f64 {
+/// A line of `/proc/self/status` in MiB (`VmRSS`, `RssAnon`, `RssFile`, `RssShmem`).
+fn status_mib(field: &str) -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .map_or(0.0, |kb| kb / 1024.0)
+}
+
+fn rss_mib() -> f64 {
+    status_mib("VmRSS")
+}
+
+/// The resident set as `total (anon + file + shmem)`.
+fn rss_parts() -> String {
+    format!(
+        "{:.0} MiB (anon {:.0} + file {:.0} + shmem {:.0})",
+        status_mib("VmRSS"),
+        status_mib("RssAnon"),
+        status_mib("RssFile"),
+        status_mib("RssShmem")
+    )
 }
 
 fn manifest(name: &str) -> Manifest {
@@ -52,8 +79,21 @@ fn manifest(name: &str) -> Manifest {
     }
 }
 
+/// The manifest of each of the many installed plugins: it receives `plugin.configured` only, so
+/// installing it queues no delivery and a restarted host finds no backlog.
+fn many_manifest(name: &str) -> Manifest {
+    Manifest {
+        events: vec!["plugin.configured".into()],
+        ..manifest(name)
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    if let Some(dir) = std::env::var_os(RESTART_DIR) {
+        return restart_child(dir.into()).await;
+    }
+    let mut figures = Figures::default();
     let events: usize = std::env::var("DISPATCH_EVENTS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -64,7 +104,7 @@ async fn main() -> anyhow::Result<()> {
         .unwrap_or(1000);
     let data = tempfile::tempdir()?;
     let mut config = Config::new(data.path());
-    config.admin_token = Some("bench-admin-token-0123456789".to_owned());
+    config.admin_token = Some(ADMIN_TOKEN.to_owned());
     let service = commerce_host::open_service(&config)?;
     let plugins = std::sync::Arc::new(Plugins::new(
         &data.path().join("components"),
@@ -72,7 +112,7 @@ async fn main() -> anyhow::Result<()> {
     )?);
     let wasm = component("hostile");
     let fail = |e: commerce_host::Error| anyhow::anyhow!("{e}");
-    plugins
+    let bench_plugin = plugins
         .publish(
             &service,
             manifest("bench"),
@@ -127,12 +167,13 @@ async fn main() -> anyhow::Result<()> {
         assert!(out.result.is_ok(), "{:?}", out.result);
         samples.push(t.elapsed());
     }
-    report(
+    let (floor, _) = report(
         "floor: InstancePre → instance → call",
         events,
         start.elapsed(),
         samples,
     );
+    figures.set("floor_events_per_s", floor);
 
     let mut samples = Vec::with_capacity(events);
     let start = Instant::now();
@@ -144,12 +185,13 @@ async fn main() -> anyhow::Result<()> {
         assert!(out.result.is_ok(), "{:?}", out.result);
         samples.push(t.elapsed());
     }
-    report(
+    let (invoke, _) = report(
         "host: Plugins::invoke (stored event)",
         events,
         start.elapsed(),
         samples,
     );
+    figures.set("invoke_events_per_s", invoke);
 
     // Through the delivery engine: each configuration fires plugin.configured, which the
     // component receives. Latency one event at a time; throughput as a burst.
@@ -186,12 +228,13 @@ async fn main() -> anyhow::Result<()> {
         }
         samples.push(t.elapsed());
     }
-    report(
+    let (_, serial_p50) = report(
         "engine: event committed → attempt recorded",
         rounds,
         start.elapsed(),
         samples,
     );
+    figures.set("engine_serial_p50_ms", serial_p50);
 
     let burst = events.min(1000);
     let already = count_attempts(&service, &store.id, &target)?;
@@ -220,36 +263,130 @@ async fn main() -> anyhow::Result<()> {
         committed.as_secs_f64(),
         elapsed.as_secs_f64()
     );
+    figures.set(
+        "engine_burst_events_per_s",
+        burst as f64 / elapsed.as_secs_f64(),
+    );
 
-    // Memory with many installed plugins: the same component under `plugin_count` names, as a
-    // restarted host finds them on disk (precompiled), loaded into one InstancePre each.
-    let before = rss_mib();
+    // Memory with many installed plugins: the same component published under `plugin_count`
+    // names and installed in a store, each receiving one event through `Plugins::invoke` (what the
+    // engine calls), loaded on demand as the host does.
+    let before = rss_parts();
+    let before_mib = rss_mib();
+    let many = service.create_store("many.example").map_err(fail)?;
+    service.set_rate_limits(&many.id, unlimited).map_err(fail)?;
     let compiled = std::fs::read(plugins.dir().join("bench@1.0.0.cwasm"))?;
-    let names: Vec<String> = (0..plugin_count).map(|i| format!("p{i:04}")).collect();
-    for name in &names {
-        std::fs::write(plugins.dir().join(format!("{name}@1.0.0.cwasm")), &compiled)?;
-    }
+    let info: ComponentInfo = bench_plugin
+        .component
+        .clone()
+        .ok_or_else(|| anyhow::anyhow!("the bench plugin has no component"))?;
+    // An engine runs meanwhile, as in a live host: it fans each `plugin.installed` out (to no
+    // target: these plugins do not take it), so that the restart finds no backlog.
+    let engine = commerce_host::delivery::Engine::start(
+        service.clone(),
+        commerce_host::delivery::EngineConfig::from(&config),
+        Some(plugins.clone()),
+    )
+    .map_err(fail)?;
     let t = Instant::now();
-    plugins
-        .preload(names.iter().map(|n| (n.as_str(), "1.0.0")))
-        .map_err(fail)?;
-    let loaded_in = t.elapsed();
-    let after_load = rss_mib();
-    for name in &names {
-        let loaded = plugins.load(name, "1.0.0").map_err(fail)?;
-        let out =
-            plugins
-                .runtime()
-                .invoke(&loaded, actor.clone(), service.clone(), &limits, &wit_event);
-        assert!(out.result.is_ok());
+    let mut targets = Vec::with_capacity(plugin_count);
+    for i in 0..plugin_count {
+        let manifest = many_manifest(&format!("p{i:04}"));
+        // What `Plugins::publish` leaves on disk (the component and its compiled form, which the
+        // bench copies instead of compiling the same bytes a thousand times), then the record.
+        std::fs::write(
+            plugins.dir().join(format!("{}@1.0.0.wasm", manifest.name)),
+            &wasm,
+        )?;
+        std::fs::write(
+            plugins.dir().join(format!("{}@1.0.0.cwasm", manifest.name)),
+            &compiled,
+        )?;
+        service
+            .publish_plugin(manifest.clone(), &Default::default(), Some(info.clone()))
+            .map_err(fail)?;
+        let installed = service.install(&many.id, &manifest.name).map_err(fail)?;
+        targets.push((manifest, installed.installation));
     }
+    let installed_in = t.elapsed();
+    let outbox = commerce_host::model::event::OUTBOX_PREFIX;
+    while !service
+        .db
+        .list::<serde_json::Value>(outbox, None, false, 1)
+        .map_err(fail)?
+        .is_empty()
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    engine
+        .stop(tokio::time::Instant::now() + std::time::Duration::from_secs(30))
+        .await;
+    let t = Instant::now();
+    for (manifest, installation) in &targets {
+        let actor = service.component_actor(installation).map_err(fail)?;
+        let out = plugins
+            .invoke(&service, actor, manifest, &stored)
+            .map_err(fail)?;
+        assert!(out.result.is_ok(), "{:?}", out.result);
+    }
+    let ran_in = t.elapsed();
     let after_events = rss_mib();
     println!(
-        "== {plugin_count} installed plugins ({} KiB compiled each): RSS {before:.0} MiB → {after_load:.0} MiB loaded ({:.0} KiB each, in {:.2} s) → {after_events:.0} MiB after one event each",
+        "== {plugin_count} installed plugins ({} KiB compiled each, installed in {:.2} s): RSS {before} → {} after one event each ({:.0} KiB each, the {plugin_count} first events in {:.2} s)",
         compiled.len() / 1024,
-        (after_load - before) * 1024.0 / plugin_count as f64,
-        loaded_in.as_secs_f64()
+        installed_in.as_secs_f64(),
+        rss_parts(),
+        (after_events - before_mib) * 1024.0 / plugin_count as f64,
+        ran_in.as_secs_f64()
     );
+    figures.set("rss_1000_plugins_mib", after_events);
+
+    // The worst case for memory: the same plugins as if each had code of its own. Each compiled
+    // file gets bytes of its own after its end (outside the image wasmtime reads), written beside
+    // it and renamed over it as a publish writes it, so that no two are identical; then one more
+    // event each.
+    for (i, (manifest, _)) in targets.iter().enumerate() {
+        let path = plugins.dir().join(format!("{}@1.0.0.cwasm", manifest.name));
+        let tmp = plugins
+            .dir()
+            .join(format!("{}@1.0.0.cwasm.bench", manifest.name));
+        let mut own = compiled.clone();
+        own.extend_from_slice(&(i as u64).to_le_bytes());
+        std::fs::write(&tmp, &own)?;
+        std::fs::rename(&tmp, &path)?;
+    }
+    let t = Instant::now();
+    for (manifest, installation) in &targets {
+        let actor = service.component_actor(installation).map_err(fail)?;
+        let out = plugins
+            .invoke(&service, actor, manifest, &stored)
+            .map_err(fail)?;
+        assert!(out.result.is_ok(), "{:?}", out.result);
+    }
+    let ran_in = t.elapsed();
+    let distinct = rss_mib();
+    println!(
+        "== the same {plugin_count} plugins with distinct compiled bytes: RSS {} after one more event each (in {:.2} s)",
+        rss_parts(),
+        ran_in.as_secs_f64()
+    );
+    figures.set("rss_1000_distinct_plugins_mib", distinct);
+
+    // A restart: this host lets go of its data folder, and a fresh process serves it.
+    service.db.flush().map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    let (last_manifest, last) = targets
+        .last()
+        .ok_or_else(|| anyhow::anyhow!("PLUGINS=0"))?
+        .clone();
+    drop((targets, loaded, plugins, service));
+    let restart = restart(data.path(), &many.id.to_string(), &last.id.to_string())?;
+    println!(
+        "== restart with {plugin_count} installed plugins: serving HTTP after {:.3} s, first event to {} served after {:.3} s, RSS then {}",
+        restart.http_s, last_manifest.name, restart.served_s, restart.rss
+    );
+    figures.set("restart_ready_s", restart.served_s);
+    figures.set("restart_http_s", restart.http_s);
+    figures.write("dispatch")?;
     Ok(())
 }
 
@@ -270,4 +407,110 @@ fn count_attempts(
             None => return Ok(n),
         }
     }
+}
+
+/// What the restarted process measured.
+struct Restart {
+    /// From its start until `/readyz` answered 200.
+    http_s: f64,
+    /// From its start until the first event was delivered to a component (its attempt recorded).
+    served_s: f64,
+    /// Its resident set then.
+    rss: String,
+}
+
+/// Runs this bench again as a fresh process on `data` (see [`restart_child`]) and reads what it
+/// measured; the time counts from the spawn.
+fn restart(data: &std::path::Path, store: &str, installation: &str) -> anyhow::Result<Restart> {
+    use std::io::BufRead as _;
+    let spawned = Instant::now();
+    let mut child = std::process::Command::new(std::env::current_exe()?)
+        .env(RESTART_DIR, data)
+        .env("DISPATCH_RESTART_STORE", store)
+        .env("DISPATCH_RESTART_INSTALLATION", installation)
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+    let mut http_s = None;
+    let mut served = None;
+    let mut rss = String::new();
+    for line in std::io::BufReader::new(stdout).lines() {
+        let line = line?;
+        if line == "http" {
+            http_s = Some(spawned.elapsed().as_secs_f64());
+        } else if let Some(r) = line.strip_prefix("served ") {
+            served = Some(spawned.elapsed().as_secs_f64());
+            rss = r.to_owned();
+        }
+    }
+    let status = child.wait()?;
+    anyhow::ensure!(status.success(), "the restarted host failed: {status}");
+    match (http_s, served) {
+        (Some(http_s), Some(served_s)) => Ok(Restart {
+            http_s,
+            served_s,
+            rss,
+        }),
+        _ => anyhow::bail!("the restarted host did not report"),
+    }
+}
+
+/// The restarted host: `commerce_host::run` on the data folder, as `commerce-host serve` starts
+/// it; prints `http` once `/readyz` answers 200, then configures the installation (which fires
+/// `plugin.configured`, the event its component takes) and prints `served <rss>` once the
+/// component's attempt is recorded, then shuts the host down.
+async fn restart_child(dir: std::path::PathBuf) -> anyhow::Result<()> {
+    let store = std::env::var("DISPATCH_RESTART_STORE")?;
+    let installation = std::env::var("DISPATCH_RESTART_INSTALLATION")?;
+    let mut config = Config::new(dir);
+    config.admin_token = Some(ADMIN_TOKEN.to_owned());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let host = tokio::spawn(commerce_host::run(config, listener, async {
+        let _ = stopped.await;
+    }));
+    let client = reqwest::Client::new();
+    loop {
+        anyhow::ensure!(!host.is_finished(), "the host stopped");
+        if let Ok(r) = client.get(format!("{base}/readyz")).send().await
+            && r.status() == reqwest::StatusCode::OK
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    println!("http");
+    let installation_url = format!("{base}/admin/v1/stores/{store}/installations/{installation}");
+    let r = client
+        .put(format!("{installation_url}/settings"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&serde_json::json!({ "settings": { "restarted": true } }))
+        .send()
+        .await?;
+    anyhow::ensure!(r.status().is_success(), "configure: {}", r.status());
+    loop {
+        let page: serde_json::Value = client
+            .get(format!("{installation_url}/attempts"))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await?
+            .json()
+            .await?;
+        if let Some(attempt) = page["data"].as_array().and_then(|a| a.first()) {
+            anyhow::ensure!(
+                attempt["succeeded"] == serde_json::json!(true),
+                "the component failed after the restart: {attempt}"
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    println!("served {}", rss_parts());
+    let _ = stop.send(());
+    host.await??;
+    Ok(())
 }

@@ -82,6 +82,14 @@ struct ServeArgs {
     /// Sender of the host's own mail.
     #[arg(long, env = "COMMERCE_HOST_MAIL_FROM")]
     mail_from: Option<String>,
+    /// Distinct plugin components kept loaded at most (plugins with identical compiled bytes
+    /// share one); the least recently used are let go and loaded again on their next event.
+    #[arg(
+        long,
+        env = "COMMERCE_HOST_MAX_LOADED_COMPONENTS",
+        default_value_t = crate::plugins::RuntimeConfig::default().max_loaded_components
+    )]
+    max_loaded_components: usize,
 }
 
 /// Parses the command line and runs the command.
@@ -112,6 +120,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .context("COMMERCE_HOST_WEBHOOK_ALLOW_NETWORKS")?;
     config.webhook_timeout = std::time::Duration::from_millis(args.webhook_timeout_ms.max(1));
     config.delivery_concurrency = args.delivery_concurrency.max(1);
+    config.plugin_runtime.max_loaded_components = args.max_loaded_components.max(1);
     config.smtp_url = args.smtp_url.filter(|u| !u.trim().is_empty());
     if let Some(from) = args.mail_from {
         config.mail_from = from;

@@ -2,22 +2,30 @@
 //!
 //! One [`Runtime`] (one wasmtime `Engine`, the pooling allocator, an epoch ticker) for every plugin;
 //! each component is validated and compiled once at publish, kept precompiled on disk beside its
-//! original bytes (so a restart does not compile again), and loaded into one `InstancePre` per
-//! plugin version. Every event is delivered to a fresh instance with the installation's identity;
-//! host functions go through the same service layer as the REST API.
+//! original bytes (so a restart does not compile again). A plugin version is loaded on its first
+//! event, not before (a restart maps nothing), by mapping its precompiled file; versions whose
+//! compiled bytes are identical share one loaded component (one `InstancePre`), and the
+//! components held are bounded ([`RuntimeConfig::max_loaded_components`]): the least recently
+//! used are let go and mapped again on their next event (see `cache`). Every event is delivered to
+//! a fresh instance with the installation's identity; host functions go through the same service
+//! layer as the REST API.
 
 use crate::model::plugin::ComponentInfo;
 pub mod bindings;
+pub mod cache;
 mod convert;
 mod deadline;
 mod host;
 pub mod limits;
 pub mod runtime;
 pub mod state;
+pub mod watch;
 
-use std::collections::HashMap;
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
 
@@ -25,16 +33,39 @@ use crate::model::error::{Error, Result};
 use crate::model::event::Event;
 use crate::model::plugin::Manifest;
 use crate::service::{Actor, Service};
+pub use cache::CacheStats;
 pub use limits::Limits;
 pub use runtime::{Failure, Outcome, RuntimeConfig};
 pub use runtime::{LoadedPlugin, Runtime};
 pub use state::HostCall;
+pub use watch::FileChecks;
 
 /// Installed components and the runtime that runs them.
 pub struct Plugins {
     runtime: Runtime,
     dir: PathBuf,
-    loaded: Mutex<HashMap<(String, String), LoadedPlugin>>,
+    loaded: Mutex<Loaded>,
+}
+
+/// The loaded components and the watch that keeps them current, under one lock.
+struct Loaded {
+    cache: cache::Cache<FileId, LoadedPlugin>,
+    watcher: watch::Watcher,
+}
+
+impl Loaded {
+    /// Forgets the versions whose files changed since the last look (when the folder is watched).
+    fn sync(&mut self) {
+        match self.watcher.drain() {
+            None => {}
+            Some(watch::Changes::Stems(stems)) => {
+                for stem in &stems {
+                    self.cache.forget(stem);
+                }
+            }
+            Some(watch::Changes::Everything) => self.cache.forget_all(),
+        }
+    }
 }
 
 impl std::fmt::Debug for Plugins {
@@ -51,15 +82,42 @@ fn file_stem(name: &str, version: &str) -> String {
 
 impl Plugins {
     /// A runtime keeping components in `dir`. The limits of each invocation are the service
-    /// layer's ([`Service::component_limits`]).
+    /// layer's ([`Service::component_limits`]). Nothing is loaded yet: each plugin version is, on
+    /// its first event.
     pub fn new(dir: &Path, config: RuntimeConfig) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir)?;
+        let bounds = cache::Bounds {
+            max_components: config.max_loaded_components,
+            max_bytes: config.max_loaded_component_bytes,
+        };
+        let watcher = watch::Watcher::new(dir, config.file_checks);
         Ok(Self {
             runtime: Runtime::new(config)
                 .map_err(|e| anyhow::anyhow!("starting the component runtime: {e:#}"))?,
             dir: dir.to_owned(),
-            loaded: Mutex::new(HashMap::new()),
+            loaded: Mutex::new(Loaded {
+                cache: cache::Cache::new(bounds),
+                watcher,
+            }),
         })
+    }
+
+    /// What the cache of loaded components holds and has done since the start.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.loaded().cache.stats()
+    }
+
+    /// Whether the components folder is watched for changes ([`FileChecks::Watch`] where the
+    /// platform allows it); otherwise every load checks its file.
+    pub fn watches_files(&self) -> bool {
+        self.loaded().watcher.watching()
+    }
+
+    /// The loaded components, current with the changes the watch noticed.
+    fn loaded(&self) -> MutexGuard<'_, Loaded> {
+        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        loaded.sync();
+        loaded
     }
 
     /// The runtime underneath (for benchmarks that measure it bare).
@@ -88,6 +146,8 @@ impl Plugins {
         let stem = file_stem(&manifest.name, &manifest.version);
         write_atomically(&self.dir.join(format!("{stem}.wasm")), wasm)?;
         write_atomically(&self.dir.join(format!("{stem}.cwasm")), &compiled)?;
+        // Whatever was loaded under this name and version is not what runs from now on.
+        self.loaded().cache.forget(&stem);
         Ok(ComponentInfo {
             sha256: hex::encode(Sha256::digest(wasm)),
             size: wasm.len() as u64,
@@ -114,48 +174,96 @@ impl Plugins {
         service.publish_plugin(manifest, templates, info)
     }
 
-    /// The `InstancePre` of a plugin version: from memory, else from its precompiled file (no
-    /// compilation), else compiled again from its bytes (after a host upgrade changed the format).
+    /// The `InstancePre` of a plugin version: the loaded component while its precompiled file is
+    /// unchanged, else the one loaded for identical compiled bytes (by SHA-256), else mapped from
+    /// its precompiled file (no compilation), else compiled again from its bytes (after a host
+    /// upgrade changed the format, or when only the compiled file is missing). A version whose
+    /// files were replaced runs the new ones, and one whose files were removed fails instead of
+    /// running from memory: the watch on the folder forgets them at once, or, where the folder is
+    /// not watched, every call compares the compiled file's identity (see [`FileChecks`]).
     pub fn load(&self, name: &str, version: &str) -> Result<LoadedPlugin> {
-        let key = (name.to_owned(), version.to_owned());
-        if let Some(loaded) = self
-            .loaded
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-        {
-            return Ok(loaded.clone());
-        }
         let stem = file_stem(name, version);
-        let cwasm = self.dir.join(format!("{stem}.cwasm"));
-        // SAFETY: the file was written by `store_component` from `precompile_component` of an
-        // engine of this host (wasmtime checks its version and settings) and is never modified
-        // in place (replaced atomically by rename).
-        #[allow(unsafe_code)]
-        let loaded = match unsafe { self.runtime.load_precompiled(&cwasm) } {
-            Ok(loaded) => loaded,
-            Err(first) => {
-                let wasm = std::fs::read(self.dir.join(format!("{stem}.wasm")))
-                    .map_err(|e| anyhow::anyhow!("component {stem} is missing ({first}): {e}"))?;
-                let compiled = self
-                    .runtime
-                    .precompile(&wasm)
-                    .map_err(|e| anyhow::anyhow!("recompiling {stem}: {e}"))?;
-                write_atomically(&cwasm, &compiled)?;
-                #[allow(unsafe_code)]
-                // SAFETY: as above; written just now.
-                unsafe { self.runtime.load_precompiled(&cwasm) }
-                    .map_err(|e| anyhow::anyhow!("loading {stem}: {e}"))?
+        {
+            // A watched folder: a version still known has unchanged files.
+            let mut loaded = self.loaded();
+            if loaded.watcher.watching()
+                && let Some(hit) = loaded.cache.get(&stem)
+            {
+                return Ok(hit);
             }
-        };
-        self.loaded
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key, loaded.clone());
-        Ok(loaded)
+        }
+        let cwasm = self.dir.join(format!("{stem}.cwasm"));
+        let mut recompiled = false;
+        // A file replaced while it is hashed or mapped is looked at again (a few times at most).
+        for _ in 0..4 {
+            let file = match std::fs::metadata(&cwasm) {
+                Ok(meta) => FileId::of(&meta),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && !recompiled => {
+                    self.loaded().cache.forget(&stem);
+                    self.recompile(&stem, &cwasm, "the precompiled file is missing")?;
+                    recompiled = true;
+                    continue;
+                }
+                Err(e) => {
+                    self.loaded().cache.forget(&stem);
+                    return Err(anyhow::anyhow!("component {stem}: {e}").into());
+                }
+            };
+            let lookup = self.loaded().cache.lookup(&stem, &file);
+            let digest = match lookup {
+                cache::Lookup::Hit(loaded) => return Ok(loaded),
+                cache::Lookup::Known(digest) => digest,
+                cache::Lookup::Unknown => {
+                    let Some(digest) = digest_file(&cwasm, &file)? else {
+                        continue;
+                    };
+                    let mut loaded = self.loaded();
+                    if !is_file(&cwasm, &file) {
+                        continue;
+                    }
+                    if let Some(shared) = loaded.cache.share(&stem, file, digest) {
+                        return Ok(shared);
+                    }
+                    digest
+                }
+            };
+            // SAFETY: the file was written by `store_component` (or `recompile`) from
+            // `precompile_component` of an engine of this host (wasmtime checks its version and
+            // settings) and is never modified in place (replaced atomically by rename).
+            #[allow(unsafe_code)]
+            let mapped = unsafe { self.runtime.load_precompiled(&cwasm) };
+            match mapped {
+                Ok(mapped) => {
+                    let mut loaded = self.loaded();
+                    if !is_file(&cwasm, &file) {
+                        continue;
+                    }
+                    return Ok(loaded.cache.insert(&stem, file, digest, mapped, file.len));
+                }
+                Err(first) if !recompiled => {
+                    self.loaded().cache.forget(&stem);
+                    self.recompile(&stem, &cwasm, &first)?;
+                    recompiled = true;
+                }
+                Err(e) => return Err(anyhow::anyhow!("loading {stem}: {e}").into()),
+            }
+        }
+        Err(anyhow::anyhow!("component {stem} kept changing while it was loaded").into())
     }
 
-    /// Loads every given plugin version ahead of its first event.
+    /// Compiles `stem`'s component again from its bytes into its precompiled file.
+    fn recompile(&self, stem: &str, cwasm: &Path, why: impl std::fmt::Display) -> Result<()> {
+        let wasm = std::fs::read(self.dir.join(format!("{stem}.wasm")))
+            .map_err(|e| anyhow::anyhow!("component {stem} is missing ({why}): {e}"))?;
+        let compiled = self
+            .runtime
+            .precompile(&wasm)
+            .map_err(|e| anyhow::anyhow!("recompiling {stem}: {e}"))?;
+        write_atomically(cwasm, &compiled)
+    }
+
+    /// Loads every given plugin version ahead of its first event (within the cache's bounds:
+    /// beyond them, the least recently loaded are let go again).
     pub fn preload<'a>(
         &self,
         versions: impl IntoIterator<Item = (&'a str, &'a str)>,
@@ -204,11 +312,84 @@ pub fn wit_event(event: &Event) -> Result<bindings::commerce::plugin::events::Ev
     Ok(convert::event(event)?)
 }
 
+/// The identity of a file: a file replaced by another (a rename over it) or rewritten differs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileId {
+    len: u64,
+    modified: Option<SystemTime>,
+    #[cfg(unix)]
+    dev: u64,
+    #[cfg(unix)]
+    ino: u64,
+}
+
+impl FileId {
+    fn of(meta: &std::fs::Metadata) -> Self {
+        #[cfg(unix)]
+        use std::os::unix::fs::MetadataExt as _;
+        Self {
+            len: meta.len(),
+            modified: meta.modified().ok(),
+            #[cfg(unix)]
+            dev: meta.dev(),
+            #[cfg(unix)]
+            ino: meta.ino(),
+        }
+    }
+}
+
+/// Whether `path` is still the file `file`. Checked under the lock before a version is recorded:
+/// a change before it is seen here, and one after it is queued for the watch (so a recorded
+/// version is never stale, even when another thread drained the change meanwhile).
+fn is_file(path: &Path, file: &FileId) -> bool {
+    matches!(std::fs::metadata(path), Ok(meta) if FileId::of(&meta) == *file)
+}
+
+/// The SHA-256 of the file at `path`, if it is still the file `expected`.
+fn digest_file(path: &Path, expected: &FileId) -> Result<Option<cache::Digest>> {
+    let mut file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(anyhow::anyhow!("reading {}: {e}", path.display()).into()),
+    };
+    let meta = file
+        .metadata()
+        .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+    if FileId::of(&meta) != *expected {
+        return Ok(None);
+    }
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; 64 << 10];
+    loop {
+        let n = file
+            .read(&mut buffer)
+            .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+        if n == 0 {
+            return Ok(Some(hasher.finalize().into()));
+        }
+        hasher.update(&buffer[..n]);
+    }
+}
+
+/// Writes `bytes` to `path` whole or not at all: into a temporary file of this writer's own
+/// (two writers of the same file never share one), then renamed over `path`.
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes).map_err(|e| anyhow::anyhow!("writing {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path)
-        .map_err(|e| anyhow::anyhow!("renaming to {}: {e}", path.display()))?;
+    static WRITES: AtomicU64 = AtomicU64::new(0);
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(
+        ".{}.{}.tmp",
+        std::process::id(),
+        WRITES.fetch_add(1, Ordering::Relaxed)
+    ));
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, bytes).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        anyhow::anyhow!("writing {}: {e}", tmp.display())
+    })?;
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        anyhow::anyhow!("renaming to {}: {e}", path.display())
+    })?;
     Ok(())
 }
 

@@ -1,5 +1,5 @@
-//! One `Engine` for every plugin, components precompiled once, one `InstancePre` per
-//! plugin version, a fresh `Store` and instance per event.
+//! One `Engine` for every plugin, components precompiled once and mapped from their file, one
+//! `InstancePre` per distinct loaded component, a fresh `Store` and instance per event.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -34,6 +34,15 @@ pub struct RuntimeConfig {
     pub epoch_tick: Duration,
     /// Keep the wasm address map (trap backtraces with wasm offsets); off shrinks cwasm.
     pub address_map: bool,
+    /// Distinct components held loaded at most (versions with identical compiled bytes share
+    /// one); past it the least recently used is let go and mapped again from its precompiled file
+    /// on its next event (about a millisecond). At least one is always held.
+    pub max_loaded_components: usize,
+    /// Total size of the compiled forms of the loaded components at most, in bytes (the same
+    /// least-recently-used rule; the component in use is held even when larger).
+    pub max_loaded_component_bytes: u64,
+    /// How a loaded component notices that its files on disk changed or vanished.
+    pub file_checks: super::FileChecks,
 }
 
 impl Default for RuntimeConfig {
@@ -44,6 +53,9 @@ impl Default for RuntimeConfig {
             max_wasm_stack: 512 << 10,
             epoch_tick: Duration::from_millis(10),
             address_map: true,
+            max_loaded_components: 128,
+            max_loaded_component_bytes: 256 << 20,
+            file_checks: super::FileChecks::Watch,
         }
     }
 }
@@ -160,7 +172,8 @@ pub struct Outcome {
     pub elapsed: Duration,
 }
 
-/// An installed plugin version, ready to instantiate.
+/// A loaded component, ready to instantiate (shared by the plugin versions with identical
+/// compiled bytes).
 #[derive(Clone)]
 pub struct LoadedPlugin {
     pub pre: PluginPre<Invocation>,
