@@ -219,12 +219,13 @@ async fn main() -> anyhow::Result<()> {
     let start = Instant::now();
     for i in 0..rounds {
         let before = newest(&service)?;
-        let t = Instant::now();
         service
             .configure(&store.id, &installation.id, serde_json::json!({ "n": i }))
             .map_err(fail)?;
+        // From the commit (the configuration's durable write returned).
+        let t = Instant::now();
         while newest(&service)? == before {
-            tokio::time::sleep(Duration::from_micros(200)).await;
+            tokio::task::yield_now().await;
         }
         samples.push(t.elapsed());
     }
@@ -236,6 +237,11 @@ async fn main() -> anyhow::Result<()> {
     );
     figures.set("engine_serial_p50_ms", serial_p50);
 
+    // The burst: committed while the engine is stopped, then drained by a fresh engine, so the
+    // figure is the engine's own rate (committing is measured on its own).
+    engine
+        .stop(tokio::time::Instant::now() + std::time::Duration::from_secs(30))
+        .await;
     let burst = events.min(1000);
     let already = count_attempts(&service, &store.id, &target)?;
     let start = Instant::now();
@@ -249,6 +255,13 @@ async fn main() -> anyhow::Result<()> {
             .map_err(fail)?;
     }
     let committed = start.elapsed();
+    let start = Instant::now();
+    let engine = commerce_host::delivery::Engine::start(
+        service.clone(),
+        commerce_host::delivery::EngineConfig::from(&config),
+        Some(plugins.clone()),
+    )
+    .map_err(fail)?;
     while count_attempts(&service, &store.id, &target)? < already + burst {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -257,15 +270,20 @@ async fn main() -> anyhow::Result<()> {
         .stop(tokio::time::Instant::now() + std::time::Duration::from_secs(30))
         .await;
     println!(
-        "{:<44} {:>8.0} events/s   ({burst} committed in {:.2} s, all attempted in {:.2} s)",
-        "engine: burst throughput",
+        "{:<44} {:>8.0} events/s   ({burst} committed in {:.2} s beforehand, all attempted in {:.2} s)",
+        "engine: burst (a backlog drained)",
         burst as f64 / elapsed.as_secs_f64(),
         committed.as_secs_f64(),
         elapsed.as_secs_f64()
     );
+    figures.set("burst_commit_events_per_s", burst as f64 / committed.as_secs_f64());
     figures.set(
         "engine_burst_events_per_s",
         burst as f64 / elapsed.as_secs_f64(),
+    );
+    figures.set(
+        "engine_burst_vs_invoke_percent",
+        100.0 * burst as f64 / elapsed.as_secs_f64() / invoke,
     );
 
     // Memory with many installed plugins: the same component published under `plugin_count`
