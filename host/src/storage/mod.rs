@@ -9,7 +9,8 @@ pub mod queue;
 mod sled_store;
 
 use std::ops::ControlFlow;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -64,6 +65,10 @@ pub struct Db {
     /// Rung after a commit that queued delivery work (an event, a replay), so the delivery
     /// engine starts at once instead of at its next poll.
     delivery: Arc<queue::Signal>,
+    /// Shares one flush between the durable transactions that wait for it at the same time.
+    group: Arc<GroupCommit>,
+    /// The watched key prefixes ([`Db::watch`]), shared by every clone of this handle.
+    watches: Arc<RwLock<Arc<[Arc<Changes>]>>>,
 }
 
 impl std::fmt::Debug for Db {
@@ -81,7 +86,25 @@ impl Db {
             inner,
             durable,
             delivery: Arc::new(queue::Signal::default()),
+            group: Arc::default(),
+            watches: Arc::new(RwLock::new(Arc::from(Vec::new()))),
         }
+    }
+
+    /// Counts, from now on, the committed transactions that write or remove a key under one of
+    /// `prefixes`: the returned [`Changes`] moves on after each of them commits (before it is
+    /// flushed), so that whoever keeps a copy of those records in memory can tell it is stale.
+    /// Every handle cloned from this one shares the watch.
+    pub fn watch(&self, prefixes: &[&str]) -> Arc<Changes> {
+        let changes = Arc::new(Changes {
+            prefixes: prefixes.iter().map(|p| p.as_bytes().into()).collect(),
+            generation: AtomicU64::new(0),
+        });
+        let mut watches = self.watches.write().unwrap_or_else(|e| e.into_inner());
+        let mut all: Vec<Arc<Changes>> = watches.iter().cloned().collect();
+        all.push(changes.clone());
+        *watches = Arc::from(all);
+        changes
     }
 
     /// Opens (or creates) the sled database in `dir`.
@@ -177,25 +200,40 @@ impl Db {
     }
 
     fn transact<R>(&self, mut f: impl FnMut(&mut Tx<'_>) -> Result<R>, flush: bool) -> Result<R> {
+        let watches = self
+            .watches
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         let mut out = None;
         let mut queued_delivery = false;
         let mut queued = queue::Queued::default();
         let mut must_flush = false;
+        let mut touched = 0u64;
         self.inner.transact(&mut |txn| {
             let mut tx = Tx {
                 inner: txn,
                 queued_delivery: false,
                 queued: queue::Queued::default(),
                 flush: false,
+                watches: &watches,
+                touched: 0,
             };
             out = Some(f(&mut tx)?);
             queued_delivery = tx.queued_delivery;
             queued = std::mem::take(&mut tx.queued);
             must_flush = tx.flush;
+            touched = tx.touched;
             Ok(())
         })?;
+        // Committed: whoever watches these records learns at once that theirs are stale.
+        for (i, changes) in watches.iter().enumerate() {
+            if touched & watch_bit(i) != 0 {
+                changes.generation.fetch_add(1, Ordering::AcqRel);
+            }
+        }
         if flush || must_flush {
-            self.inner.flush()?;
+            self.group.flush(self.inner.as_ref())?;
         }
         if queued_delivery {
             self.delivery.ring_queued(&queued);
@@ -203,14 +241,111 @@ impl Db {
         out.ok_or_else(|| Error::Internal(anyhow::anyhow!("transaction produced no result")))
     }
 
-    /// Flushes pending writes to disk.
+    /// Flushes every transaction committed so far to disk (sharing the flush with the durable
+    /// transactions that wait for one at the same time).
     pub fn flush(&self) -> Result<()> {
-        self.inner.flush()
+        self.group.flush(self.inner.as_ref())
     }
 
     /// What the delivery engine waits on between polls.
     pub fn delivery_signal(&self) -> Arc<queue::Signal> {
         self.delivery.clone()
+    }
+}
+
+/// What [`Db::watch`] returns: a generation of the records under some key prefixes, which moves
+/// on after every committed transaction that wrote or removed one of them.
+#[derive(Debug)]
+pub struct Changes {
+    prefixes: Box<[Box<[u8]>]>,
+    generation: AtomicU64,
+}
+
+impl Changes {
+    /// The current generation. Read it *before* reading the watched records: a copy made of
+    /// what was read is current for as long as the generation has not moved since.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    fn covers(&self, key: &[u8]) -> bool {
+        self.prefixes.iter().any(|p| key.starts_with(p))
+    }
+}
+
+/// Group commit: a durable transaction must not return before a flush that started after it
+/// committed has finished, but one flush makes every transaction committed before it durable. So
+/// the transactions that wait at the same time share one: each takes a ticket once committed; one
+/// of them (the leader) flushes for every ticket issued when its flush starts, while the others
+/// wait; those that committed during that flush are covered by the next one, which one of them
+/// leads. Under load, a flush serves every request that committed while the previous one ran.
+#[derive(Debug, Default)]
+struct GroupCommit {
+    state: Mutex<FlushState>,
+    done: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct FlushState {
+    /// Tickets issued so far: one per wait, taken after the transaction committed.
+    issued: u64,
+    /// Every ticket up to this one is on disk.
+    durable: u64,
+    /// A leader is flushing (without holding the lock).
+    flushing: bool,
+}
+
+impl GroupCommit {
+    fn lock(&self) -> MutexGuard<'_, FlushState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Returns once everything committed before the call is on disk. Blocks the thread: async
+    /// callers run it on the blocking pool.
+    fn flush(&self, storage: &dyn Storage) -> Result<()> {
+        let mut state = self.lock();
+        state.issued += 1;
+        let ticket = state.issued;
+        loop {
+            if state.durable >= ticket {
+                return Ok(());
+            }
+            if state.flushing {
+                state = self.done.wait(state).unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            // Lead: this flush starts after every ticket issued so far was committed.
+            state.flushing = true;
+            let covers = state.issued;
+            drop(state);
+            let leader = Leader { group: self };
+            let flushed = storage.flush();
+            drop(leader);
+            state = self.lock();
+            if flushed.is_ok() {
+                state.durable = state.durable.max(covers);
+            }
+            // On an error the waiters it covered try a flush of their own.
+            flushed?;
+        }
+    }
+}
+
+/// The bit of the `i`-th watch in [`Tx::touched`]; watches past the 64th share the last bit (a
+/// change under one of them moves them all on, which is only ever too cautious).
+fn watch_bit(i: usize) -> u64 {
+    1 << i.min(63)
+}
+
+/// Ends a leader's turn, even if its flush panicked, and wakes the waiters.
+struct Leader<'a> {
+    group: &'a GroupCommit,
+}
+
+impl Drop for Leader<'_> {
+    fn drop(&mut self) {
+        self.group.lock().flushing = false;
+        self.group.done.notify_all();
     }
 }
 
@@ -308,6 +443,9 @@ pub struct Tx<'a> {
     queued_delivery: bool,
     queued: queue::Queued,
     flush: bool,
+    /// The watched prefixes, and which of them this transaction wrote under ([`watch_bit`]).
+    watches: &'a [Arc<Changes>],
+    touched: u64,
 }
 
 impl Tx<'_> {
@@ -321,12 +459,23 @@ impl Tx<'_> {
 
     /// Encodes and writes `value` at `key`.
     pub fn write<T: Serialize>(&mut self, key: &str, value: &T) -> Result<()> {
+        self.note(key);
         self.inner.put(key.as_bytes(), serde_json::to_vec(value)?)
     }
 
     /// Removes the record at `key`.
     pub fn remove(&mut self, key: &str) -> Result<()> {
+        self.note(key);
         self.inner.delete(key.as_bytes())
+    }
+
+    /// Notes a change of `key` for the watches that cover it.
+    fn note(&mut self, key: &str) {
+        for (i, changes) in self.watches.iter().enumerate() {
+            if changes.covers(key.as_bytes()) {
+                self.touched |= watch_bit(i);
+            }
+        }
     }
 
     /// Wakes the delivery engine once this transaction commits.
@@ -471,6 +620,183 @@ mod tests {
         assert!(matches!(r, Err(Error::Validation { .. })));
         assert_eq!(db.read::<i32>("x").expect("read"), None);
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A backend in memory that tells committed writes from flushed ones, counts flushes, and
+    /// holds its first flush until `hold_first_flush_until` committed transactions wait for a
+    /// flush in `group`.
+    #[derive(Default)]
+    struct Recording {
+        committed: Mutex<std::collections::BTreeMap<Vec<u8>, Vec<u8>>>,
+        durable: Mutex<std::collections::BTreeMap<Vec<u8>, Vec<u8>>>,
+        flushes: AtomicU64,
+        hold_first_flush_until: u64,
+        group: std::sync::OnceLock<Arc<GroupCommit>>,
+        fail_next_flush: std::sync::atomic::AtomicBool,
+    }
+
+    struct Staged<'a> {
+        base: &'a std::collections::BTreeMap<Vec<u8>, Vec<u8>>,
+        writes: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    }
+
+    impl Txn for Staged<'_> {
+        fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+            Ok(match self.writes.iter().rev().find(|(k, _)| k == key) {
+                Some((_, v)) => v.clone(),
+                None => self.base.get(key).cloned(),
+            })
+        }
+        fn put(&mut self, key: &[u8], value: Vec<u8>) -> Result<()> {
+            self.writes.push((key.to_vec(), Some(value)));
+            Ok(())
+        }
+        fn delete(&mut self, key: &[u8]) -> Result<()> {
+            self.writes.push((key.to_vec(), None));
+            Ok(())
+        }
+    }
+
+    impl Storage for Recording {
+        fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+            Ok(self.committed.lock().expect("lock").get(key).cloned())
+        }
+        fn scan(&self, _: &[u8], _: Option<&[u8]>, _: bool, _: usize) -> Result<Vec<Entry>> {
+            Ok(Vec::new())
+        }
+        fn transact(&self, f: &mut dyn FnMut(&mut dyn Txn) -> Result<()>) -> Result<()> {
+            let mut committed = self.committed.lock().expect("lock");
+            let mut staged = Staged {
+                base: &committed,
+                writes: Vec::new(),
+            };
+            f(&mut staged)?;
+            let writes = staged.writes;
+            for (k, v) in writes {
+                match v {
+                    Some(v) => committed.insert(k, v),
+                    None => committed.remove(&k),
+                };
+            }
+            Ok(())
+        }
+        fn flush(&self) -> Result<()> {
+            // What this flush makes durable is what was committed when it started.
+            let snapshot = self.committed.lock().expect("lock").clone();
+            if self.flushes.load(Ordering::SeqCst) == 0
+                && let Some(group) = self.group.get()
+            {
+                while group.lock().issued < self.hold_first_flush_until {
+                    std::thread::yield_now();
+                }
+            }
+            self.flushes.fetch_add(1, Ordering::SeqCst);
+            if self.fail_next_flush.swap(false, Ordering::SeqCst) {
+                return Err(Error::Internal(anyhow::anyhow!("the disk is full")));
+            }
+            *self.durable.lock().expect("lock") = snapshot;
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn concurrent_durable_transactions_share_flushes_and_each_returns_once_on_disk() {
+        const WRITERS: u64 = 16;
+        let backend = Arc::new(Recording {
+            hold_first_flush_until: WRITERS,
+            ..Recording::default()
+        });
+        let db = Db::new(backend.clone(), true);
+        assert!(backend.group.set(db.group.clone()).is_ok());
+        let threads: Vec<_> = (0..WRITERS)
+            .map(|i| {
+                let (db, backend) = (db.clone(), backend.clone());
+                std::thread::spawn(move || {
+                    let key = format!("order/{i}");
+                    db.tx(|tx| tx.write(&key, &i)).expect("durable tx");
+                    assert!(
+                        backend
+                            .durable
+                            .lock()
+                            .expect("lock")
+                            .contains_key(key.as_bytes()),
+                        "{key} returned before it was flushed"
+                    );
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("writer");
+        }
+        let flushes = backend.flushes.load(Ordering::SeqCst);
+        assert!(
+            (1..=2).contains(&flushes),
+            "{WRITERS} durable commits took {flushes} flushes: the one held open until all had \
+             committed, and at most one more for everyone who committed after it started"
+        );
+    }
+
+    #[test]
+    fn a_failed_flush_fails_its_transaction_and_the_next_one_flushes_again() {
+        let backend = Arc::new(Recording::default());
+        let db = Db::new(backend.clone(), true);
+        backend.fail_next_flush.store(true, Ordering::SeqCst);
+        let err = db.tx(|tx| tx.write("a", &1)).expect_err("the flush failed");
+        assert!(matches!(err, Error::Internal(_)));
+        assert!(backend.durable.lock().expect("lock").is_empty());
+        db.tx(|tx| tx.write("b", &2)).expect("durable");
+        let durable = backend.durable.lock().expect("lock");
+        assert!(durable.contains_key(b"a".as_slice()) && durable.contains_key(b"b".as_slice()));
+        assert_eq!(backend.flushes.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn relaxed_transactions_do_not_flush_unless_one_asks_to() {
+        let backend = Arc::new(Recording::default());
+        let db = Db::new(backend.clone(), true);
+        db.tx_relaxed(|tx| tx.write("a", &1)).expect("relaxed");
+        assert_eq!(backend.flushes.load(Ordering::SeqCst), 0);
+        assert!(backend.durable.lock().expect("lock").is_empty());
+        db.tx_relaxed(|tx| {
+            tx.flush_on_commit();
+            tx.write("b", &2)
+        })
+        .expect("flushed on commit");
+        assert_eq!(backend.flushes.load(Ordering::SeqCst), 1);
+        assert_eq!(backend.durable.lock().expect("lock").len(), 2);
+        let relaxed_db = Db::new(backend.clone(), false);
+        relaxed_db.tx(|tx| tx.write("c", &3)).expect("not durable");
+        assert_eq!(backend.flushes.load(Ordering::SeqCst), 1);
+        relaxed_db.flush().expect("flush");
+        assert_eq!(backend.durable.lock().expect("lock").len(), 3);
+    }
+
+    #[test]
+    fn a_watch_moves_on_with_each_committed_change_under_its_prefixes_only() {
+        let db = Db::new(Arc::new(Recording::default()), false);
+        let clone = db.clone();
+        let inst = db.watch(&["inst/", "store/"]);
+        let other = clone.watch(&["token/"]);
+        let g = inst.generation();
+        clone.tx(|tx| tx.write("order/s/1", &1)).expect("tx");
+        assert_eq!(inst.generation(), g, "another prefix");
+        clone.tx(|tx| tx.write("inst/s/1", &1)).expect("tx");
+        assert_eq!(inst.generation(), g + 1, "a write, through a clone");
+        db.tx_relaxed(|tx| tx.remove("store/s")).expect("tx");
+        assert_eq!(inst.generation(), g + 2, "a removal, relaxed");
+        let aborted: Result<()> = db.tx(|tx| {
+            tx.write("inst/s/2", &2)?;
+            Err(Error::invalid("x", "no"))
+        });
+        assert!(aborted.is_err());
+        assert_eq!(
+            inst.generation(),
+            g + 2,
+            "an aborted transaction changed nothing"
+        );
+        assert_eq!(other.generation(), 0);
+        db.tx(|tx| tx.write("token/ab", &1)).expect("tx");
+        assert_eq!((inst.generation(), other.generation()), (g + 2, 1));
     }
 
     #[test]
