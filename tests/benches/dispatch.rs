@@ -276,7 +276,10 @@ async fn main() -> anyhow::Result<()> {
         committed.as_secs_f64(),
         elapsed.as_secs_f64()
     );
-    figures.set("burst_commit_events_per_s", burst as f64 / committed.as_secs_f64());
+    figures.set(
+        "burst_commit_events_per_s",
+        burst as f64 / committed.as_secs_f64(),
+    );
     figures.set(
         "engine_burst_events_per_s",
         burst as f64 / elapsed.as_secs_f64(),

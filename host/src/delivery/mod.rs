@@ -659,7 +659,11 @@ impl Shared {
     ) -> Result<Option<crate::model::event::Event>> {
         let key = crate::model::event::event_key(store, id);
         let recent = |events: &Mutex<HashMap<String, Arc<crate::model::event::Event>>>| {
-            events.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned()
+            events
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&key)
+                .cloned()
         };
         if let Some(event) = recent(&self.events) {
             return Ok(Some((*event).clone()));
