@@ -51,14 +51,11 @@ pub async fn metrics(State(app): State<AppState>) -> Result<Response, Error> {
 /// The route template a request matched, handed from [`mark_route`] to [`track`] in the
 /// response's extensions.
 #[derive(Debug, Clone)]
-struct RouteTemplate(String);
+struct RouteTemplate(MatchedPath);
 
 /// A route layer: notes the matched route template (`/v1/orders/{id}`) on the response.
 pub async fn mark_route(req: Request, next: Next) -> Response {
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_owned());
+    let route = req.extensions().get::<MatchedPath>().cloned();
     let mut response = next.run(req).await;
     if let Some(route) = route {
         response.extensions_mut().insert(RouteTemplate(route));

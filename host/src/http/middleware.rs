@@ -4,7 +4,7 @@
 use std::net::IpAddr;
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
@@ -56,17 +56,18 @@ pub async fn request_context(
 ) -> Response {
     let request_id = RequestId::generate(app.service.now());
     let method = req.method().clone();
-    let path = req.uri().path().to_owned();
+    // Only an error without a body of its own needs the path; a `Uri` clone shares its bytes.
+    let uri = req.uri().clone();
     req.extensions_mut().insert(request_id.clone());
     let mut response = next.run(req).await;
     let status = response.status();
     if status.is_client_error() || status.is_server_error() {
         let body = match response.extensions_mut().remove::<ErrorBody>() {
             Some(body) => body,
-            None => fallback_body(status, &method, &path),
+            None => fallback_body(status, &method, uri.path()),
         };
         if let Some(internal) = &body.internal {
-            tracing::error!(%request_id, %method, path, error = internal, "internal error");
+            tracing::error!(%request_id, %method, path = uri.path(), error = internal, "internal error");
         }
         let mut rendered = (
             status,
@@ -92,6 +93,29 @@ pub async fn request_context(
         response.headers_mut().insert(REQUEST_ID, v);
     }
     response
+}
+
+/// Runs the rest of every request that may write (any method but `GET`, `HEAD` and `OPTIONS`)
+/// on the blocking pool, see [`off_the_workers`]. Reads stay on the async workers.
+pub async fn writes_off_the_workers(req: Request, next: Next) -> Response {
+    if matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
+        return next.run(req).await;
+    }
+    off_the_workers(next.run(req)).await.unwrap_or_else(|e| {
+        Error::Internal(anyhow::anyhow!("a request failed: {e}")).into_response()
+    })
+}
+
+/// Runs `future` to its end on a thread of the blocking pool, where the service calls it makes
+/// may block: a durable write waits there for its group commit's flush ([`crate::storage::Db::tx`]),
+/// with as many requests waiting at once as there are clients, without holding up an async
+/// worker. The future runs to its end even if the returned handle is dropped (the client went
+/// away), so a write is never cut short half-way through its handler.
+pub fn off_the_workers<T: Send + 'static>(
+    future: impl std::future::Future<Output = T> + Send + 'static,
+) -> tokio::task::JoinHandle<T> {
+    let runtime = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || runtime.block_on(future))
 }
 
 /// The error body for a response that axum or a layer produced without one.

@@ -83,6 +83,10 @@ pub fn router(state: AppState) -> Router {
         // Every matched route notes its template for the request metrics (`track`, below).
         .route_layer(axum::middleware::from_fn(metrics::mark_route))
         .fallback(|uri: axum::http::Uri| async move { Error::NoRoute(uri.path().to_owned()) })
+        // Writes run on the blocking pool, where a durable one may wait for its flush.
+        .layer(axum::middleware::from_fn(
+            middleware::writes_off_the_workers,
+        ))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn(serve::header_limits))
         // Inside `request_context`, which rebuilds error responses without their extensions.
