@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderValue, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -63,28 +63,25 @@ pub async fn mark_route(req: Request, next: Next) -> Response {
     response
 }
 
-/// Counts every request by route template, method and status, and times it. A request that
-/// matched no route counts under `route="unmatched"`, never its raw path.
-pub async fn track(State(app): State<AppState>, req: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let method = req.method().clone();
-    let response = next.run(req).await;
+/// Counts a request by route template, method and status, and times it from `started` (called
+/// by [`super::middleware::request_context`] with the response before its error body is
+/// written). A request that matched no route counts under `route="unmatched"`, never its raw
+/// path.
+pub fn track(app: &AppState, method: &Method, response: &Response, started: Instant) {
     let route = response
         .extensions()
         .get::<RouteTemplate>()
         .map_or(UNMATCHED, |r| r.0.as_str());
     app.service.metrics.http_request(
         route,
-        method_label(&method),
+        method_label(method),
         response.status().as_u16(),
         started.elapsed(),
     );
-    response
 }
 
 /// The `method` label: the standard methods, anything else as `other` (bounded cardinality).
-fn method_label(method: &axum::http::Method) -> &'static str {
-    use axum::http::Method;
+fn method_label(method: &Method) -> &'static str {
     match *method {
         Method::GET => "GET",
         Method::POST => "POST",

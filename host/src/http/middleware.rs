@@ -47,19 +47,31 @@ pub struct ErrorObject {
     pub request_id: RequestId,
 }
 
-/// Gives every request an id, and writes the body of every error response with it: ours (left
-/// as an [`ErrorBody`] extension) and axum's own (an empty 405, say) alike.
+/// The one layer around every request, in this order: gives it an id; refuses oversized
+/// headers ([`super::serve::check_header_limits`]); runs it, on the blocking pool when it may
+/// write ([`off_the_workers`]); counts and times it ([`super::metrics::track`]); and writes the
+/// body of every error response with its id: ours (left as an [`ErrorBody`] extension) and
+/// axum's own (an empty 405, say) alike. One layer rather than one each, since every layer costs
+/// every request its own boxed service and future.
 pub async fn request_context(
     State(app): State<AppState>,
     mut req: Request,
     next: Next,
 ) -> Response {
+    let started = std::time::Instant::now();
     let request_id = RequestId::generate(app.service.now());
     let method = req.method().clone();
     // Only an error without a body of its own needs the path; a `Uri` clone shares its bytes.
     let uri = req.uri().clone();
     req.extensions_mut().insert(request_id.clone());
-    let mut response = next.run(req).await;
+    let mut response = match super::serve::check_header_limits(req.headers()) {
+        Err(e) => e.into_response(),
+        Ok(()) if may_write(&method) => off_the_workers(next.run(req)).await.unwrap_or_else(|e| {
+            Error::Internal(anyhow::anyhow!("a request failed: {e}")).into_response()
+        }),
+        Ok(()) => next.run(req).await,
+    };
+    super::metrics::track(&app, &method, &response, started);
     let status = response.status();
     if status.is_client_error() || status.is_server_error() {
         let body = match response.extensions_mut().remove::<ErrorBody>() {
@@ -95,15 +107,10 @@ pub async fn request_context(
     response
 }
 
-/// Runs the rest of every request that may write (any method but `GET`, `HEAD` and `OPTIONS`)
-/// on the blocking pool, see [`off_the_workers`]. Reads stay on the async workers.
-pub async fn writes_off_the_workers(req: Request, next: Next) -> Response {
-    if matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
-        return next.run(req).await;
-    }
-    off_the_workers(next.run(req)).await.unwrap_or_else(|e| {
-        Error::Internal(anyhow::anyhow!("a request failed: {e}")).into_response()
-    })
+/// Whether a request may write: any method but `GET`, `HEAD` and `OPTIONS`. Those run on the
+/// blocking pool ([`off_the_workers`]); reads stay on the async workers.
+fn may_write(method: &Method) -> bool {
+    !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
 }
 
 /// Runs `future` to its end on a thread of the blocking pool, where the service calls it makes
