@@ -10,12 +10,14 @@
 //! Labels carry only bounded sets of values: route templates (never a raw path with ids), status
 //! codes, event types, channels, target kinds and outcomes; never a store, installation or id.
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use metrics::{
-    Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
+    Counter, Histogram, Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge,
+    histogram,
 };
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 
@@ -117,7 +119,13 @@ impl NotificationOutcome {
 pub struct Metrics {
     recorder: Arc<PrometheusRecorder>,
     handle: PrometheusHandle,
+    /// The series of HTTP requests by route template, then method and status, registered once
+    /// each: a request then costs a look-up and two atomic updates, not a registration.
+    http: Arc<RwLock<HttpSeries>>,
 }
+
+/// Route template → (method, status) → the request counter and the duration histogram.
+type HttpSeries = HashMap<String, HashMap<(&'static str, u16), (Counter, Histogram)>>;
 
 impl fmt::Debug for Metrics {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -144,6 +152,7 @@ impl Metrics {
         let metrics = Self {
             recorder: Arc::new(recorder),
             handle,
+            http: Arc::default(),
         };
         metrics.describe();
         metrics
@@ -214,14 +223,35 @@ impl Metrics {
     }
 
     /// An HTTP request was answered.
-    pub fn http_request(&self, route: &str, method: &str, status: u16, took: Duration) {
-        let (route, method) = (route.to_owned(), method.to_owned());
-        self.with(|| {
-            counter!(HTTP_REQUESTS, "route" => route.clone(), "method" => method.clone(), "status" => status.to_string())
-                .increment(1);
-            histogram!(HTTP_DURATION, "route" => route, "method" => method)
-                .record(took.as_secs_f64());
-        });
+    pub fn http_request(&self, route: &str, method: &'static str, status: u16, took: Duration) {
+        let known = self
+            .http
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(route)
+            .and_then(|by| by.get(&(method, status)))
+            .map(|(c, h)| (c.clone(), h.clone()));
+        let (requests, duration) = match known {
+            Some(series) => series,
+            None => {
+                let series = self.with(|| {
+                    let (route, method) = (route.to_owned(), method.to_owned());
+                    (
+                        counter!(HTTP_REQUESTS, "route" => route.clone(), "method" => method.clone(), "status" => status.to_string()),
+                        histogram!(HTTP_DURATION, "route" => route, "method" => method),
+                    )
+                });
+                self.http
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entry(route.to_owned())
+                    .or_default()
+                    .insert((method, status), series.clone());
+                series
+            }
+        };
+        requests.increment(1);
+        duration.record(took.as_secs_f64());
     }
 
     /// A request was refused with 429 `rate_limited`.

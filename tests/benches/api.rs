@@ -1,45 +1,79 @@
 //! Inbound API throughput and latency over loopback: `GET /v1/orders/{id}` and `POST /v1/orders`
 //! on the real host (sled on disk, durable writes), beside a bare axum handler in the same run.
 //!
-//! `cargo bench -p commerce-host-tests --bench api` (env `BENCH_SECS`, `BENCH_CONCURRENCY`).
+//! `cargo bench -p commerce-host-tests --bench api` (env `BENCH_SECS`; `BENCH_CONCURRENCY`, the
+//! clients of the GETs, 16 by default; `BENCH_POST_CONCURRENCY`, the clients of the POSTs, 64 by
+//! default). The figures are also written to `target/bench/api.json`.
 
 use std::time::{Duration, Instant};
 
+use commerce_host_tests::bench::Figures;
 use commerce_host_tests::{ALL_SCOPES, TestHost};
 use reqwest::Method;
 use serde_json::json;
 
-struct Figures {
+struct Run {
     name: &'static str,
     requests: usize,
     elapsed: Duration,
     latencies: Vec<Duration>,
+    /// CPU time of the whole process (clients, server and engine) during the run.
+    cpu: Duration,
 }
 
-impl Figures {
-    fn print(&mut self) {
+/// CPU time this process has used so far (user and system, from `/proc/self/stat`; zero where
+/// that is not available). Less sensitive than throughput to what else the machine runs.
+fn process_cpu() -> Duration {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return Duration::ZERO;
+    };
+    // Fields after the command (which is in parentheses): utime and stime are the 12th and
+    // 13th, in clock ticks of 1/100 s.
+    let ticks: u64 = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| {
+            rest.split_whitespace()
+                .skip(11)
+                .take(2)
+                .filter_map(|t| t.parse::<u64>().ok())
+                .sum()
+        })
+        .unwrap_or(0);
+    Duration::from_millis(ticks * 10)
+}
+
+impl Run {
+    /// Prints the run's line and returns its requests per second, p99 in milliseconds and CPU
+    /// microseconds per request.
+    fn print(&mut self) -> (f64, f64, f64) {
         self.latencies.sort();
         let pct = |p: f64| {
             let i = ((self.latencies.len() as f64 - 1.0) * p).round() as usize;
             self.latencies.get(i).copied().unwrap_or_default()
         };
+        let per_s = self.requests as f64 / self.elapsed.as_secs_f64();
+        let p99_ms = pct(0.99).as_secs_f64() * 1e3;
+        let cpu_us = self.cpu.as_secs_f64() * 1e6 / self.requests.max(1) as f64;
         println!(
-            "{:<34} {:>9.0} req/s   p50 {:>8.3} ms   p99 {:>8.3} ms   ({} requests)",
+            "{:<34} {:>9.0} req/s   p50 {:>8.3} ms   p99 {:>8.3} ms   {:>6.0} µs CPU/req   ({} requests)",
             self.name,
-            self.requests as f64 / self.elapsed.as_secs_f64(),
+            per_s,
             pct(0.50).as_secs_f64() * 1e3,
-            pct(0.99).as_secs_f64() * 1e3,
+            p99_ms,
+            cpu_us,
             self.requests
         );
+        (per_s, p99_ms, cpu_us)
     }
 }
 
-async fn drive<F, Fut>(name: &'static str, concurrency: usize, secs: u64, make: F) -> Figures
+async fn drive<F, Fut>(name: &'static str, concurrency: usize, secs: u64, make: F) -> Run
 where
     F: Fn() -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = u16> + Send,
 {
     let start = Instant::now();
+    let cpu_at_start = process_cpu();
     let deadline = start + Duration::from_secs(secs);
     let mut tasks = Vec::new();
     for _ in 0..concurrency {
@@ -59,11 +93,12 @@ where
     for task in tasks {
         latencies.extend(task.await.expect("task"));
     }
-    Figures {
+    Run {
         name,
         requests: latencies.len(),
         elapsed: start.elapsed(),
         latencies,
+        cpu: process_cpu().saturating_sub(cpu_at_start),
     }
 }
 
@@ -77,6 +112,12 @@ async fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(16);
+    let post_concurrency: usize = std::env::var("BENCH_POST_CONCURRENCY")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(64);
+    let mut figures = Figures::default();
+    let (mut bare_per_s, mut get_per_s) = (0.0, 0.0);
 
     let bare = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -117,26 +158,38 @@ async fn main() {
         let client = reqwest::Client::new();
 
         println!(
-            "\n== durable_writes = {durable}, {concurrency} concurrent clients, {secs} s each"
+            "\n== durable_writes = {durable}, {concurrency} concurrent clients for GET, \
+             {post_concurrency} for POST, {secs} s each"
         );
+        // `get_order_…`, `post_order_durable_…`; `get_order_nondurable_…`, `post_order_nondurable_…`.
+        let (get_name, post_name) = if durable {
+            ("get_order", "post_order_durable")
+        } else {
+            ("get_order_nondurable", "post_order_nondurable")
+        };
         if durable {
             let c = client.clone();
             let url = bare_url.clone();
-            drive("bare axum handler (GET)", concurrency, secs, move || {
-                let (c, url) = (c.clone(), url.clone());
-                async move {
-                    c.get(url)
-                        .send()
-                        .await
-                        .map(|r| r.status().as_u16())
-                        .unwrap_or(599)
-                }
-            })
-            .await
-            .print();
+            let (per_s, p99_ms, cpu_us) =
+                drive("bare axum handler (GET)", concurrency, secs, move || {
+                    let (c, url) = (c.clone(), url.clone());
+                    async move {
+                        c.get(url)
+                            .send()
+                            .await
+                            .map(|r| r.status().as_u16())
+                            .unwrap_or(599)
+                    }
+                })
+                .await
+                .print();
+            figures.set("bare_req_per_s", per_s);
+            bare_per_s = per_s;
+            figures.set("bare_p99_ms", p99_ms);
+            figures.set("bare_cpu_us_per_req", cpu_us);
         }
         let (c, t) = (client.clone(), token.clone());
-        drive("GET /v1/orders/{id}", concurrency, secs, move || {
+        let (per_s, p99_ms, cpu_us) = drive("GET /v1/orders/{id}", concurrency, secs, move || {
             let (c, t, url) = (c.clone(), t.clone(), order_url.clone());
             async move {
                 c.get(url)
@@ -149,8 +202,14 @@ async fn main() {
         })
         .await
         .print();
+        figures.set(&format!("{get_name}_req_per_s"), per_s);
+        figures.set(&format!("{get_name}_p99_ms"), p99_ms);
+        figures.set(&format!("{get_name}_cpu_us_per_req"), cpu_us);
+        if durable {
+            get_per_s = per_s;
+        }
         let (c, t) = (client.clone(), token.clone());
-        drive("POST /v1/orders", concurrency, secs, move || {
+        let (per_s, p99_ms, cpu_us) = drive("POST /v1/orders", post_concurrency, secs, move || {
             let (c, t, url) = (c.clone(), t.clone(), create_url.clone());
             async move {
                 c.post(url)
@@ -164,5 +223,12 @@ async fn main() {
         })
         .await
         .print();
+        figures.set(&format!("{post_name}_req_per_s"), per_s);
+        figures.set(&format!("{post_name}_p99_ms"), p99_ms);
+        figures.set(&format!("{post_name}_cpu_us_per_req"), cpu_us);
     }
+    if bare_per_s > 0.0 {
+        figures.set("get_order_vs_bare_pct", 100.0 * get_per_s / bare_per_s);
+    }
+    figures.write("api").expect("writing the figures");
 }

@@ -118,7 +118,8 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Query<T> {
     }
 }
 
-/// The authenticated installation, put in place by the `/v1` middleware.
+/// The authenticated installation, put in place by the `/v1` middleware. The handler takes it
+/// out of the request (a handler has one caller).
 #[derive(Debug, Clone)]
 pub struct Caller(pub Actor);
 
@@ -128,8 +129,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Error> {
         parts
             .extensions
-            .get::<Actor>()
-            .cloned()
+            .remove::<Actor>()
             .map(Caller)
             .ok_or_else(|| Error::Internal(anyhow::anyhow!("route is missing the /v1 auth layer")))
     }

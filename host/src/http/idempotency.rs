@@ -100,8 +100,9 @@ async fn run(
         };
     let (held, released) = (claim.clone(), service.clone());
     // The request runs to its end and records its response even if the client goes away
-    // meanwhile, so that the key is not left claimed; a retry then gets the response.
-    let work = tokio::spawn(async move {
+    // meanwhile, so that the key is not left claimed; a retry then gets the response. It runs
+    // on the blocking pool, like every write (`middleware::request_context`).
+    let work = super::middleware::off_the_workers(async move {
         let response = next
             .run(Request::from_parts(parts, Body::from(bytes)))
             .await;

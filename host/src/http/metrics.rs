@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderValue, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -51,14 +51,11 @@ pub async fn metrics(State(app): State<AppState>) -> Result<Response, Error> {
 /// The route template a request matched, handed from [`mark_route`] to [`track`] in the
 /// response's extensions.
 #[derive(Debug, Clone)]
-struct RouteTemplate(String);
+struct RouteTemplate(MatchedPath);
 
 /// A route layer: notes the matched route template (`/v1/orders/{id}`) on the response.
 pub async fn mark_route(req: Request, next: Next) -> Response {
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_owned());
+    let route = req.extensions().get::<MatchedPath>().cloned();
     let mut response = next.run(req).await;
     if let Some(route) = route {
         response.extensions_mut().insert(RouteTemplate(route));
@@ -66,28 +63,25 @@ pub async fn mark_route(req: Request, next: Next) -> Response {
     response
 }
 
-/// Counts every request by route template, method and status, and times it. A request that
-/// matched no route counts under `route="unmatched"`, never its raw path.
-pub async fn track(State(app): State<AppState>, req: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let method = req.method().clone();
-    let response = next.run(req).await;
+/// Counts a request by route template, method and status, and times it from `started` (called
+/// by [`super::middleware::request_context`] with the response before its error body is
+/// written). A request that matched no route counts under `route="unmatched"`, never its raw
+/// path.
+pub fn track(app: &AppState, method: &Method, response: &Response, started: Instant) {
     let route = response
         .extensions()
         .get::<RouteTemplate>()
         .map_or(UNMATCHED, |r| r.0.as_str());
     app.service.metrics.http_request(
         route,
-        method_label(&method),
+        method_label(method),
         response.status().as_u16(),
         started.elapsed(),
     );
-    response
 }
 
 /// The `method` label: the standard methods, anything else as `other` (bounded cardinality).
-fn method_label(method: &axum::http::Method) -> &'static str {
-    use axum::http::Method;
+fn method_label(method: &Method) -> &'static str {
     match *method {
         Method::GET => "GET",
         Method::POST => "POST",

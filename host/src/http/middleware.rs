@@ -4,7 +4,7 @@
 use std::net::IpAddr;
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
@@ -47,26 +47,39 @@ pub struct ErrorObject {
     pub request_id: RequestId,
 }
 
-/// Gives every request an id, and writes the body of every error response with it: ours (left
-/// as an [`ErrorBody`] extension) and axum's own (an empty 405, say) alike.
+/// The one layer around every request, in this order: gives it an id; refuses oversized
+/// headers ([`super::serve::check_header_limits`]); runs it, on the blocking pool when it may
+/// write ([`off_the_workers`]); counts and times it ([`super::metrics::track`]); and writes the
+/// body of every error response with its id: ours (left as an [`ErrorBody`] extension) and
+/// axum's own (an empty 405, say) alike. One layer rather than one each, since every layer costs
+/// every request its own boxed service and future.
 pub async fn request_context(
     State(app): State<AppState>,
     mut req: Request,
     next: Next,
 ) -> Response {
+    let started = std::time::Instant::now();
     let request_id = RequestId::generate(app.service.now());
     let method = req.method().clone();
-    let path = req.uri().path().to_owned();
+    // Only an error without a body of its own needs the path; a `Uri` clone shares its bytes.
+    let uri = req.uri().clone();
     req.extensions_mut().insert(request_id.clone());
-    let mut response = next.run(req).await;
+    let mut response = match super::serve::check_header_limits(req.headers()) {
+        Err(e) => e.into_response(),
+        Ok(()) if may_write(&method) => off_the_workers(next.run(req)).await.unwrap_or_else(|e| {
+            Error::Internal(anyhow::anyhow!("a request failed: {e}")).into_response()
+        }),
+        Ok(()) => next.run(req).await,
+    };
+    super::metrics::track(&app, &method, &response, started);
     let status = response.status();
     if status.is_client_error() || status.is_server_error() {
         let body = match response.extensions_mut().remove::<ErrorBody>() {
             Some(body) => body,
-            None => fallback_body(status, &method, &path),
+            None => fallback_body(status, &method, uri.path()),
         };
         if let Some(internal) = &body.internal {
-            tracing::error!(%request_id, %method, path, error = internal, "internal error");
+            tracing::error!(%request_id, %method, path = uri.path(), error = internal, "internal error");
         }
         let mut rendered = (
             status,
@@ -92,6 +105,24 @@ pub async fn request_context(
         response.headers_mut().insert(REQUEST_ID, v);
     }
     response
+}
+
+/// Whether a request may write: any method but `GET`, `HEAD` and `OPTIONS`. Those run on the
+/// blocking pool ([`off_the_workers`]); reads stay on the async workers.
+fn may_write(method: &Method) -> bool {
+    !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
+/// Runs `future` to its end on a thread of the blocking pool, where the service calls it makes
+/// may block: a durable write waits there for its group commit's flush ([`crate::storage::Db::tx`]),
+/// with as many requests waiting at once as there are clients, without holding up an async
+/// worker. The future runs to its end even if the returned handle is dropped (the client went
+/// away), so a write is never cut short half-way through its handler.
+pub fn off_the_workers<T: Send + 'static>(
+    future: impl std::future::Future<Output = T> + Send + 'static,
+) -> tokio::task::JoinHandle<T> {
+    let runtime = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || runtime.block_on(future))
 }
 
 /// The error body for a response that axum or a layer produced without one.

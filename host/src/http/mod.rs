@@ -80,16 +80,11 @@ pub fn router(state: AppState) -> Router {
         .nest("/admin/v1", admin)
         .merge(health::router())
         .merge(metrics::router())
-        // Every matched route notes its template for the request metrics (`track`, below).
+        // Every matched route notes its template for the request metrics.
         .route_layer(axum::middleware::from_fn(metrics::mark_route))
         .fallback(|uri: axum::http::Uri| async move { Error::NoRoute(uri.path().to_owned()) })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(axum::middleware::from_fn(serve::header_limits))
-        // Inside `request_context`, which rebuilds error responses without their extensions.
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            metrics::track,
-        ))
+        // Request ids, header limits, writes on the blocking pool, metrics and error bodies.
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             middleware::request_context,

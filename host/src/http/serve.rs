@@ -3,7 +3,7 @@
 //! The host serves connections itself rather than with `axum::serve`, for what that one does not
 //! let it set:
 //! - hyper's own header limits are raised well above the host's ([`MAX_HEADER_BYTES`],
-//!   [`MAX_HEADER_FIELDS`]), so that oversized headers reach [`header_limits`], which refuses
+//!   [`MAX_HEADER_FIELDS`]), so that oversized headers reach [`check_header_limits`], which refuses
 //!   them with the error object; only requests beyond hyper's limits (1 MiB of head, 1000
 //!   fields) still get hyper's bare 431 and a closed connection;
 //! - every request carries its client's address ([`ConnectInfo`]), for the limiter of failed
@@ -20,8 +20,6 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 use futures::FutureExt as _;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -43,21 +41,20 @@ const HYPER_MAX_HEADERS: usize = 1000;
 /// How long a client has to send its request head.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Refuses requests whose header fields are too many or too large: 431 `headers_too_large`.
-pub async fn header_limits(req: Request, next: Next) -> Response {
-    let headers = req.headers();
+/// Refuses requests whose header fields are too many or too large: 431 `headers_too_large`
+/// (checked first thing by [`super::middleware::request_context`]).
+pub fn check_header_limits(headers: &axum::http::HeaderMap) -> Result<(), Error> {
     let bytes: usize = headers
         .iter()
         .map(|(name, value)| name.as_str().len() + value.len())
         .sum();
     if headers.len() > MAX_HEADER_FIELDS || bytes > MAX_HEADER_BYTES {
-        return Error::HeadersTooLarge {
+        return Err(Error::HeadersTooLarge {
             max_bytes: MAX_HEADER_BYTES,
             max_fields: MAX_HEADER_FIELDS,
-        }
-        .into_response();
+        });
     }
-    next.run(req).await
+    Ok(())
 }
 
 /// Serves `app` on `listener` until `shutdown` completes, then lets open requests finish.

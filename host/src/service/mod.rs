@@ -5,6 +5,7 @@
 //! validation and state rules before it has any effect.
 
 pub mod auth;
+pub mod auth_cache;
 pub mod components;
 pub mod customers;
 pub mod deliveries;
@@ -56,6 +57,9 @@ pub struct Inner {
     pub limiter: ratelimit::RateLimiter,
     /// Per-address limiter of failed authentication.
     pub auth_limiter: ratelimit::AuthFailureLimiter,
+    /// Authenticated tokens and installed installations, current while their records are
+    /// unchanged.
+    pub auth_cache: auth_cache::AuthCache,
     /// Random id of this boot of the host: an idempotency claim of an earlier boot was cut
     /// short by the restart.
     pub boot_id: String,
@@ -128,6 +132,7 @@ impl Service {
         let mut key = [0u8; 32];
         hex::decode_to_slice(&secret, &mut key)
             .map_err(|e| anyhow::anyhow!("the stored cursor secret is corrupt: {e}"))?;
+        let auth_changes = db.watch(&auth_cache::WATCHED);
         Ok(Self {
             inner: Arc::new(Inner {
                 network: NetworkPolicy::new(options.allow_networks),
@@ -136,6 +141,7 @@ impl Service {
                 clock,
                 limiter: ratelimit::RateLimiter::default(),
                 auth_limiter: ratelimit::AuthFailureLimiter::default(),
+                auth_cache: auth_cache::AuthCache::new(auth_changes, auth_cache::CAPACITY),
                 boot_id: {
                     let mut bytes = [0u8; 16];
                     rand::thread_rng().fill_bytes(&mut bytes);
