@@ -320,11 +320,15 @@ impl GroupCommit {
             drop(state);
             let leader = Leader { group: self };
             let flushed = storage.flush();
-            drop(leader);
             state = self.lock();
             if flushed.is_ok() {
                 state.durable = state.durable.max(covers);
             }
+            // The turn ends under the same lock that records what it made durable, so a waiter
+            // woken by it never sees the turn over without its result (and flushes again).
+            state.flushing = false;
+            std::mem::forget(leader);
+            self.done.notify_all();
             // On an error the waiters it covered try a flush of their own.
             flushed?;
         }
@@ -337,7 +341,8 @@ fn watch_bit(i: usize) -> u64 {
     1 << i.min(63)
 }
 
-/// Ends a leader's turn, even if its flush panicked, and wakes the waiters.
+/// Ends a leader's turn if its flush panicked, and wakes the waiters (a flush that returns ends
+/// its turn itself).
 struct Leader<'a> {
     group: &'a GroupCommit,
 }
