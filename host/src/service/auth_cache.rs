@@ -198,7 +198,7 @@ mod tests {
         }
         for key in [
             Installation::by_plugin_key(&store, "p"),
-            format!("store-domain/a.example"),
+            "store-domain/a.example".to_owned(),
         ] {
             assert!(!WATCHED.iter().any(|p| key.starts_with(p)), "{key}");
         }
