@@ -594,6 +594,7 @@ impl Shared {
                 &entry.store_id,
                 &entry.event_id,
             ))?
+            .map(Arc::new)
         } else {
             self.event(&entry.store_id, &entry.event_id)?
         };
@@ -635,14 +636,15 @@ impl Shared {
                 self.run_component(component, &event, cause, started).await
             }
         };
-        let paused = self.record(due_key, entry, outcome.clone()).await?;
+        let succeeded = outcome.succeeded;
+        let paused = self.record(due_key, entry, outcome).await?;
         let kind = match &target {
             Target::Webhook(_) => TargetKind::Webhook,
             Target::Component(_) => TargetKind::Component,
         };
         service
             .metrics
-            .delivery_attempt(kind, outcome.succeeded, wall.elapsed());
+            .delivery_attempt(kind, succeeded, wall.elapsed());
         if paused.is_some() {
             // Its notice was queued with the pause; the mail lane sends it.
             service.metrics.target_paused(kind);
@@ -656,26 +658,25 @@ impl Shared {
         &self,
         store: &crate::model::ids::StoreId,
         id: &crate::model::ids::EventId,
-    ) -> Result<Option<crate::model::event::Event>> {
+    ) -> Result<Option<Arc<crate::model::event::Event>>> {
         let key = crate::model::event::event_key(store, id);
-        let recent = |events: &Mutex<HashMap<String, Arc<crate::model::event::Event>>>| {
-            events
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&key)
-                .cloned()
-        };
-        if let Some(event) = recent(&self.events) {
-            return Ok(Some((*event).clone()));
+        if let Some(event) = self
+            .events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
+            return Ok(Some(event.clone()));
         }
         let Some(event) = self.service.stored_event(store, id)? else {
             return Ok(None);
         };
+        let event = Arc::new(event);
         let mut events = self.events.lock().unwrap_or_else(|e| e.into_inner());
         if events.len() >= MAX_EVENTS_CACHED {
             events.clear();
         }
-        events.insert(key, Arc::new(event.clone()));
+        events.insert(key, event.clone());
         Ok(Some(event))
     }
 
