@@ -67,11 +67,11 @@ pub async fn run(
         Some(plugins.clone()),
     )
     .map_err(|e| anyhow::anyhow!("{e:#}"))?;
-    let app = http::router(http::AppState {
+    let app = http::router(http::AppState::new(http::AppParts {
         service: service.clone(),
         plugins: plugins.clone(),
         engine_alive: engine.alive(),
-    });
+    }));
     tracing::info!(addr = %listener.local_addr()?, data = %config.data_dir.display(), "commerce-host listening");
     // Shutdown is bounded: from the signal on, everything in flight gets `shutdown_grace` in all.
     let (signalled_tx, mut signalled) = tokio::sync::watch::channel(false);

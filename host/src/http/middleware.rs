@@ -281,11 +281,11 @@ mod tests {
             crate::plugins::RuntimeConfig::default(),
         )
         .expect("plugins");
-        let state = AppState {
+        let state = AppState::new(super::super::AppParts {
             service,
             plugins: Arc::new(plugins),
             engine_alive: Arc::default(),
-        };
+        });
         let app = Router::new()
             .route(
                 "/boom",

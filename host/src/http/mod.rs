@@ -27,9 +27,14 @@ use idempotency::idempotent;
 /// The largest request body accepted, in bytes (plugin uploads included).
 pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
 
-/// What every handler can reach.
+/// What every handler can reach ([`AppParts`]), behind one shared pointer: every layer and
+/// handler clones the state of each request, and one reference count costs less than three.
 #[derive(Clone, Debug)]
-pub struct AppState {
+pub struct AppState(std::sync::Arc<AppParts>);
+
+/// The parts of the [`AppState`].
+#[derive(Debug)]
+pub struct AppParts {
     /// The service layer.
     pub service: Service,
     /// The component runtime (publishing compiles components).
@@ -37,6 +42,20 @@ pub struct AppState {
     /// True while the delivery engine's task runs (see `delivery::Engine::alive`); what
     /// `GET /readyz` reports as `engine`.
     pub engine_alive: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl AppState {
+    /// The state of the handlers from its parts.
+    pub fn new(parts: AppParts) -> Self {
+        Self(std::sync::Arc::new(parts))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = AppParts;
+    fn deref(&self) -> &AppParts {
+        &self.0
+    }
 }
 
 /// The whole route table.

@@ -59,13 +59,39 @@ pub type SharedClock = Arc<dyn Clock>;
 
 /// Formats a timestamp the way the API does: ISO 8601, UTC, milliseconds (`2026-01-02T03:04:05.678Z`).
 pub fn format_ts(ts: Timestamp) -> String {
-    ts.strftime("%Y-%m-%dT%H:%M:%S.%3fZ").to_string()
+    let at = jiff::tz::Offset::UTC.to_datetime(ts);
+    let Ok(year) = u32::try_from(at.year()) else {
+        // Years before 0 (which no record has) take the general formatter.
+        return ts.strftime("%Y-%m-%dT%H:%M:%S.%3fZ").to_string();
+    };
+    // Written digit by digit: every response and record carries timestamps.
+    let mut out = String::with_capacity(24);
+    let mut digits = |value: u32, width: u32, then: char| {
+        for place in (0..width).rev() {
+            let digit = value / 10u32.pow(place) % 10;
+            out.push(char::from(b'0' + u8::try_from(digit).unwrap_or(0)));
+        }
+        out.push(then);
+    };
+    let part = |v: i8| u32::try_from(v).unwrap_or(0);
+    digits(year, 4, '-');
+    digits(part(at.month()), 2, '-');
+    digits(part(at.day()), 2, 'T');
+    digits(part(at.hour()), 2, ':');
+    digits(part(at.minute()), 2, ':');
+    digits(part(at.second()), 2, '.');
+    digits(
+        u32::try_from(at.subsec_nanosecond() / 1_000_000).unwrap_or(0),
+        3,
+        'Z',
+    );
+    out
 }
 
 /// Serde adapter for timestamps in the API's format.
 pub mod api_ts {
     use jiff::Timestamp;
-    use serde::{Deserialize, Deserializer, Serializer};
+    use serde::{Deserializer, Serializer};
 
     /// Serializes as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
     pub fn serialize<S: Serializer>(ts: &Timestamp, s: S) -> Result<S::Ok, S::Error> {
@@ -74,8 +100,22 @@ pub mod api_ts {
 
     /// Accepts any RFC 3339 timestamp.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Timestamp, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
+        d.deserialize_str(TimestampText)
+    }
+
+    /// Parses a timestamp from the text as it is read, without a copy of it.
+    struct TimestampText;
+
+    impl serde::de::Visitor<'_> for TimestampText {
+        type Value = Timestamp;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an RFC 3339 timestamp")
+        }
+
+        fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Timestamp, E> {
+            text.parse().map_err(E::custom)
+        }
     }
 
     /// The same for optional timestamps.
@@ -93,9 +133,45 @@ pub mod api_ts {
 
         /// Accepts null or any RFC 3339 timestamp.
         pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Timestamp>, D::Error> {
-            let s = Option::<String>::deserialize(d)?;
-            s.map(|s| s.parse().map_err(serde::de::Error::custom))
-                .transpose()
+            #[derive(Deserialize)]
+            struct Ts(#[serde(deserialize_with = "super::deserialize")] Timestamp);
+            Ok(Option::<Ts>::deserialize(d)?.map(|Ts(ts)| ts))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_written_as_the_general_formatter_writes_them_and_read_back() {
+        let mut at: i64 = -2_000_000_000_000;
+        while at < 253_402_300_799_000 {
+            let ts = Timestamp::from_millisecond(at).expect("in range")
+                + jiff::SignedDuration::from_nanos(at.rem_euclid(1_000_003) * 997 % 1_000_000);
+            let text = format_ts(ts);
+            assert_eq!(text, ts.strftime("%Y-%m-%dT%H:%M:%S.%3fZ").to_string());
+            let json = serde_json::to_string(&text).expect("json");
+            let mut de = serde_json::Deserializer::from_str(&json);
+            let back = api_ts::deserialize(&mut de).expect("read back");
+            assert_eq!(format_ts(back), text);
+            at += 987_654_321_123;
+        }
+        let none: Option<Timestamp> =
+            api_ts::option::deserialize(&mut serde_json::Deserializer::from_str("null"))
+                .expect("null");
+        assert_eq!(none, None);
+        let some = api_ts::option::deserialize(&mut serde_json::Deserializer::from_str(
+            "\"2026-01-05T00:00:00.123Z\"",
+        ))
+        .expect("some");
+        assert_eq!(
+            some.map(format_ts).as_deref(),
+            Some("2026-01-05T00:00:00.123Z")
+        );
+        assert!(
+            api_ts::deserialize(&mut serde_json::Deserializer::from_str("\"yesterday\"")).is_err()
+        );
     }
 }
