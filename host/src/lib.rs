@@ -13,6 +13,7 @@ pub mod model;
 pub mod plugins;
 pub mod service;
 pub mod storage;
+pub mod telemetry;
 
 use std::future::Future;
 

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 /// The layers, bottom first, and the top-level modules in each.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("model", &["model", "metrics"]),
+    ("model", &["model", "metrics", "telemetry"]),
     ("storage", &["storage"]),
     ("service", &["service"]),
     ("runtime", &["plugins"]),

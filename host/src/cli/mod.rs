@@ -15,6 +15,7 @@ pub mod package;
 pub mod plugin;
 pub mod run;
 pub mod scaffold;
+pub mod telemetry;
 
 #[derive(Parser)]
 #[command(
@@ -25,6 +26,13 @@ pub mod scaffold;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Log lines as plain text (`text`) or one JSON object per line (`json`).
+    #[arg(long, global = true, env = "COMMERCE_HOST_LOG_FORMAT", value_enum, default_value_t = telemetry::LogFormat::Text)]
+    log_format: telemetry::LogFormat,
+    /// Export traces (requests, events, delivery attempts, component invocations) over OTLP/HTTP
+    /// to this collector, e.g. `http://127.0.0.1:4318` (spans go to `/v1/traces` under it).
+    #[arg(long, global = true, env = "COMMERCE_HOST_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -94,13 +102,13 @@ struct ServeArgs {
 
 /// Parses the command line and runs the command.
 pub fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("COMMERCE_HOST_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
-        .init();
     let cli = Cli::parse();
+    let traces = telemetry::init(
+        cli.log_format,
+        cli.otlp_endpoint
+            .as_deref()
+            .filter(|e| !e.trim().is_empty()),
+    )?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let result = match cli.command {
         Command::Serve(args) => runtime.block_on(serve(args)),
@@ -110,6 +118,10 @@ pub fn main() -> anyhow::Result<()> {
     // Storage is flushed by now; a component still running past the grace period (each is bounded
     // by its own deadline anyway) does not hold up the exit.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    // The spans still in the exporter's batch go out before the process ends.
+    if let Some(traces) = traces {
+        traces.shutdown();
+    }
     result
 }
 

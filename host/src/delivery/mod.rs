@@ -32,6 +32,7 @@ use std::time::Duration;
 use jiff::{SignedDuration, Timestamp};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
+use tracing::Instrument as _;
 
 use self::client::{HttpClient, Timeouts};
 use self::fair::{Fair, Kind, MESSAGE_CONCURRENCY, NotStarted, Slot};
@@ -589,6 +590,37 @@ impl Shared {
         let Some(delivery) = queue::claim(db, due_key, entry)? else {
             return Ok(());
         };
+        let span = tracing::info_span!(
+            "delivery.attempt",
+            otel.kind = if matches!(entry.target, TargetRef::Webhook(_)) { "client" } else { "internal" },
+            delivery.id = %delivery.id,
+            target = %entry.target.key(),
+            event.id = %entry.event_id,
+            event_type = delivery.event_type.as_str(),
+            attempt = delivery.attempts.saturating_add(1),
+            outcome = tracing::field::Empty,
+            status_code = tracing::field::Empty,
+            duration_ms = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        );
+        if let Some(parent) = &delivery.traceparent {
+            crate::telemetry::set_parent(&span, parent);
+        }
+        self.attempt_claimed(due_key, entry, delivery, &span)
+            .instrument(span.clone())
+            .await
+    }
+
+    /// The rest of [`Shared::attempt`], in the attempt's span, once the delivery is known.
+    async fn attempt_claimed(
+        &self,
+        due_key: &str,
+        entry: &DueEntry,
+        delivery: crate::model::delivery::Delivery,
+        span: &tracing::Span,
+    ) -> Result<()> {
+        let service = &self.service;
+        let db = &service.db;
         let stored = if delivery.test {
             db.read(&crate::model::delivery::test_event_key(
                 &entry.store_id,
@@ -637,6 +669,14 @@ impl Shared {
             }
         };
         let succeeded = outcome.succeeded;
+        span.record("outcome", if succeeded { "succeeded" } else { "failed" });
+        if let Some(status) = outcome.status_code {
+            span.record("status_code", status);
+        }
+        span.record("duration_ms", outcome.duration_ms);
+        if !succeeded {
+            span.record("otel.status_code", "ERROR");
+        }
         let paused = self.record(due_key, entry, outcome).await?;
         let kind = match &target {
             Target::Webhook(_) => TargetKind::Webhook,
@@ -717,7 +757,9 @@ impl Shared {
         let service = self.service.clone();
         let (component, event) = (component.clone(), event.clone());
         let wall = std::time::Instant::now();
+        let span = tracing::Span::current();
         let ran = tokio::task::spawn_blocking(move || {
+            let _entered = span.enter();
             let actor = service.component_actor(&component.installation)?;
             with_cause(cause, || {
                 plugins.invoke(&service, actor, &component.plugin.manifest, &event)

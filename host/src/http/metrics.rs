@@ -66,8 +66,13 @@ pub async fn mark_route(req: Request, next: Next) -> Response {
 /// Counts a request by route template, method and status, and times it from `started` (called
 /// by [`super::middleware::request_context`] with the response before its error body is
 /// written). A request that matched no route counts under `route="unmatched"`, never its raw
-/// path.
-pub fn track(app: &AppState, method: &Method, response: &Response, started: Instant) {
+/// path. Returns the route's label.
+pub fn track<'r>(
+    app: &AppState,
+    method: &Method,
+    response: &'r Response,
+    started: Instant,
+) -> &'r str {
     let route = response
         .extensions()
         .get::<RouteTemplate>()
@@ -78,6 +83,7 @@ pub fn track(app: &AppState, method: &Method, response: &Response, started: Inst
         response.status().as_u16(),
         started.elapsed(),
     );
+    route
 }
 
 /// The `method` label: the standard methods, anything else as `other` (bounded cardinality).

@@ -2,6 +2,7 @@
 //! limit, and operator authentication.
 
 use std::net::IpAddr;
+use tracing::Instrument as _;
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
@@ -64,15 +65,49 @@ pub async fn request_context(
     // Only an error without a body of its own needs the path; a `Uri` clone shares its bytes.
     let uri = req.uri().clone();
     req.extensions_mut().insert(request_id.clone());
+    // The request's span: a client's `traceparent` makes it part of the client's trace; the
+    // events the request causes carry it on to their deliveries (see `crate::telemetry`).
+    let span = tracing::info_span!(
+        "request",
+        otel.kind = "server",
+        http.request.method = method.as_str(),
+        url.path = uri.path(),
+        http.route = tracing::field::Empty,
+        http.response.status_code = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+        request_id = %request_id,
+    );
+    if let Some(parent) = req
+        .headers()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+    {
+        crate::telemetry::set_parent(&span, parent);
+    }
     let mut response = match super::serve::check_header_limits(req.headers()) {
         Err(e) => e.into_response(),
-        Ok(()) if may_write(&method) => off_the_workers(next.run(req)).await.unwrap_or_else(|e| {
-            Error::Internal(anyhow::anyhow!("a request failed: {e}")).into_response()
-        }),
-        Ok(()) => next.run(req).await,
+        Ok(()) if may_write(&method) => off_the_workers(next.run(req).instrument(span.clone()))
+            .await
+            .unwrap_or_else(|e| {
+                Error::Internal(anyhow::anyhow!("a request failed: {e}")).into_response()
+            }),
+        Ok(()) => next.run(req).instrument(span.clone()).await,
     };
-    super::metrics::track(&app, &method, &response, started);
+    let route = super::metrics::track(&app, &method, &response, started);
     let status = response.status();
+    crate::telemetry::rename(&span, || format!("{method} {route}"));
+    span.record("http.route", route);
+    span.record("http.response.status_code", status.as_u16());
+    if status.is_server_error() {
+        span.record("otel.status_code", "ERROR");
+    }
+    // What is logged from here on belongs to the request (no await follows).
+    let _entered = span.enter();
+    tracing::debug!(
+        status = status.as_u16(),
+        duration_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+        "request finished"
+    );
     if status.is_client_error() || status.is_server_error() {
         let body = match response.extensions_mut().remove::<ErrorBody>() {
             Some(body) => body,

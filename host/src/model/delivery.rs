@@ -104,6 +104,10 @@ pub struct Delivery {
     /// what a component's changes while handling it are marked with, plus one.
     #[serde(default)]
     pub cause_depth: u8,
+    /// The W3C trace context (`traceparent`) of the span that emitted the event, when the host
+    /// exports traces (`--otlp-endpoint`): every attempt's span is its child.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
     /// A test delivery (`POST /v1/webhooks/{id}/test`): a synthetic event sent to this
     /// subscription only, with `X-Service-Test: true`.
     #[serde(default)]
@@ -128,6 +132,7 @@ impl Delivery {
             replays: 0,
             attempt_ids: Vec::new(),
             cause_depth: 0,
+            traceparent: None,
             test: false,
         }
     }

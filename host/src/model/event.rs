@@ -220,6 +220,10 @@ pub struct OutboxEntry {
     /// The component invocation whose host call made the change, if one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<Cause>,
+    /// The W3C `traceparent` of the span that emitted the event, when traces are exported
+    /// (see [`crate::telemetry`]): its deliveries' spans are its children.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<String>,
 }
 
 /// How many component invocations deep a chain of events may go: an event caused by a component

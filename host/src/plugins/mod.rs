@@ -298,12 +298,36 @@ impl Plugins {
         event: &Event,
         trace: bool,
     ) -> Result<Outcome> {
+        let span = tracing::info_span!(
+            "component.invoke",
+            plugin = %manifest.name,
+            version = %manifest.version,
+            installation = %actor.installation,
+            event.id = %event.id,
+            event_type = event.kind().as_str(),
+            outcome = tracing::field::Empty,
+            fuel_used = tracing::field::Empty,
+            duration_ms = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        );
+        let _entered = span.enter();
         let limits = service.component_limits(manifest)?;
         let loaded = self.load(&manifest.name, &manifest.version)?;
-        let event = convert::event(event)?;
-        Ok(self
-            .runtime
-            .invoke_with(&loaded, actor, service.clone(), &limits, &event, trace))
+        let wit = convert::event(event)?;
+        let outcome =
+            self.runtime
+                .invoke_with(&loaded, actor, service.clone(), &limits, &wit, trace);
+        let result = runtime::invocation_outcome(Some(&outcome.result));
+        span.record("outcome", result);
+        span.record("fuel_used", outcome.fuel_used);
+        span.record(
+            "duration_ms",
+            u64::try_from(outcome.elapsed.as_millis()).unwrap_or(u64::MAX),
+        );
+        if outcome.result.is_err() {
+            span.record("otel.status_code", "ERROR");
+        }
+        Ok(outcome)
     }
 }
 

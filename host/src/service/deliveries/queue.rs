@@ -69,6 +69,7 @@ pub fn fan_out(
                 };
                 let mut delivery = Delivery::new(event, target, now);
                 delivery.cause_depth = entry.cause.as_ref().map_or(0, |c| c.depth);
+                delivery.traceparent.clone_from(&entry.trace);
                 if active {
                     enqueue(tx, &mut delivery, now)?;
                 } else {
@@ -325,6 +326,7 @@ pub fn enqueue_test(
     tx.write(&test_event_key(&event.store.id, &event.id), event)?;
     let mut delivery = Delivery::new(event, target, now);
     delivery.test = true;
+    delivery.traceparent = crate::telemetry::current_traceparent();
     enqueue(tx, &mut delivery, now)?;
     tx.write(&delivery.key(), &delivery)?;
     tx.write(

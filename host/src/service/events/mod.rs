@@ -38,6 +38,19 @@ pub fn with_cause<R>(cause: Cause, f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// When traces are exported and a span is current (the request or the component invocation that
+/// made the change), an `event` span under it, whose context the event's deliveries carry.
+fn event_trace(event: &Event) -> Option<String> {
+    crate::telemetry::current_traceparent()?;
+    tracing::info_span!(
+        "event",
+        event.id = %event.id,
+        event_type = event.kind().as_str(),
+        store = %event.store.id,
+    )
+    .in_scope(crate::telemetry::current_traceparent)
+}
+
 fn current_cause() -> Option<Cause> {
     CAUSE.with(|c| c.borrow().clone())
 }
@@ -59,6 +72,7 @@ impl Tx<'_> {
                 store_id: store.id.clone(),
                 event_id: event.id.clone(),
                 cause: current_cause(),
+                trace: event_trace(&event),
             },
         )?;
         self.wake_delivery();
