@@ -420,6 +420,17 @@ pub async fn spawn_binary(
     data: &std::path::Path,
     env: &[(&str, &str)],
 ) -> (std::process::Child, String) {
+    spawn_binary_with_log(binary, data, env, std::process::Stdio::null()).await
+}
+
+/// [`spawn_binary`], with the host's log (its stderr) going to `log` (`Stdio::piped()` to read it
+/// from the child).
+pub async fn spawn_binary_with_log(
+    binary: &std::path::Path,
+    data: &std::path::Path,
+    env: &[(&str, &str)],
+    log: std::process::Stdio,
+) -> (std::process::Child, String) {
     use std::io::{BufRead, BufReader};
     let mut child = std::process::Command::new(binary)
         .args(["serve", "--listen", "127.0.0.1:0", "--data"])
@@ -428,7 +439,7 @@ pub async fn spawn_binary(
         .env("COMMERCE_HOST_LOG", "warn")
         .envs(env.iter().copied())
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
+        .stderr(log)
         .spawn()
         .expect("start commerce-host");
     let stdout = child.stdout.take().expect("stdout");

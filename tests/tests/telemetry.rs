@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -31,17 +31,16 @@ impl Drop for Host {
 }
 
 impl Host {
-    fn start(data: &Path, env: &[(&str, &str)]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_test-commerce-host"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--data"])
-            .arg(data)
-            .env("COMMERCE_HOST_ADMIN_TOKEN", ADMIN_TOKEN)
-            .env("COMMERCE_HOST_WEBHOOK_ALLOW_NETWORKS", "127.0.0.0/8")
-            .envs(env.iter().copied())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start commerce-host");
+    async fn start(data: &Path, env: &[(&str, &str)]) -> Self {
+        let mut env = env.to_vec();
+        env.push(("COMMERCE_HOST_WEBHOOK_ALLOW_NETWORKS", "127.0.0.0/8"));
+        let (mut child, base) = commerce_host_tests::spawn_binary_with_log(
+            Path::new(env!("CARGO_BIN_EXE_test-commerce-host")),
+            data,
+            &env,
+            Stdio::piped(),
+        )
+        .await;
         let log = Arc::new(Mutex::new(Vec::new()));
         let stderr = child.stderr.take().expect("stderr");
         let lines = log.clone();
@@ -50,17 +49,6 @@ impl Host {
                 lines.lock().expect("log").push(line);
             }
         });
-        let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        let base = loop {
-            let line = stdout
-                .next()
-                .expect("the host printed its address")
-                .expect("read");
-            if let Some(base) = line.strip_prefix("commerce-host listening on ") {
-                break base.to_owned();
-            }
-        };
-        std::thread::spawn(move || for _ in stdout {});
         Self { child, base, log }
     }
 
@@ -211,7 +199,8 @@ async fn one_trace_runs_from_a_request_to_the_webhook_attempt_and_the_component_
             // Batches leave every 50 ms instead of every 5 s.
             ("OTEL_BSP_SCHEDULE_DELAY", "50"),
         ],
-    );
+    )
+    .await;
 
     // A store with an external plugin subscribed to order.paid and the order-thanks component.
     let store = host
@@ -375,7 +364,8 @@ async fn json_logs_are_one_object_per_line_on_stderr_with_the_request_they_belon
             ("COMMERCE_HOST_LOG_FORMAT", "json"),
             ("COMMERCE_HOST_LOG", "info,commerce_host::http=debug"),
         ],
-    );
+    )
+    .await;
     // Each request's end is logged (at debug) inside the request's span.
     let (status, body) = host
         .send("not-a-token", Method::GET, "/v1/orders", None, &[])
