@@ -48,6 +48,8 @@ pub struct Config {
     /// `clock` at the latest (it polls at the shorter of this and `delivery_poll_interval`); it
     /// also wakes at once whenever a message is queued.
     pub message_poll_interval: std::time::Duration,
+    /// How many failed authentications a client address may make (at once, and per second).
+    pub auth_failures: crate::service::ratelimit::AuthFailureLimits,
 }
 
 impl Config {
@@ -69,6 +71,7 @@ impl Config {
             smtp_url: None,
             mail_from: "commerce-host <noreply@commerce-host.invalid>".to_owned(),
             message_poll_interval: std::time::Duration::from_millis(250),
+            auth_failures: crate::service::ratelimit::AuthFailureLimits::default(),
         }
     }
 

@@ -39,6 +39,7 @@ pub fn open_service(config: &Config) -> anyhow::Result<Service> {
         } else {
             service::mail::MailRoute::Outbox
         },
+        auth_failures: config.auth_failures,
     };
     service::Service::with_options(db, config.clock.clone(), &admin_token, options)
         .map_err(|e| anyhow::anyhow!("{e:#}"))

@@ -1,7 +1,7 @@
 //! The `/v1` conventions and the operator API: auth, store header, error format, rate limits,
 //! pagination, restart.
 
-use commerce_host_tests::{ADMIN_TOKEN, Reply, TestHost};
+use commerce_host_tests::{ADMIN_TOKEN, ALL_SCOPES, Reply, TestHost};
 use jiff::SignedDuration;
 use reqwest::Method;
 use serde_json::json;
@@ -474,15 +474,108 @@ async fn the_openapi_document_describes_every_operation() {
         .expect(200);
     assert_eq!(doc.body["openapi"], "3.1.0");
     let paths = doc.body["paths"].as_object().expect("paths");
+    assert!(paths.contains_key("/v1/installation"));
+    assert!(paths.contains_key("/healthz"));
+    assert!(
+        paths.keys().all(|p| !p.starts_with("/admin/")),
+        "the operator API has a document of its own"
+    );
+    assert!(doc.body["components"]["schemas"]["ErrorResponse"].is_object());
+
+    // The operator API's document, public like the other.
+    let operator = host
+        .send(Method::GET, "/admin/v1/openapi.json", None, None)
+        .await
+        .expect(200);
+    let paths = operator.body["paths"].as_object().expect("paths");
     for path in [
-        "/v1/installation",
         "/admin/v1/stores",
         "/admin/v1/stores/{store_id}/installations/{id}",
         "/admin/v1/plugins",
     ] {
         assert!(paths.contains_key(path), "missing {path}");
     }
-    assert!(doc.body["components"]["schemas"]["ErrorResponse"].is_object());
+    assert!(paths.keys().all(|p| p.starts_with("/admin/v1/")));
+    assert!(operator.body["components"]["schemas"]["ErrorResponse"].is_object());
+}
+
+/// A path of the document with every `{param}` replaced by a well-formed id of no record.
+fn concrete(path: &str) -> String {
+    path.split('/')
+        .map(|part| match part {
+            "{store_id}" => "store_01jd4z7k8m3n5p6q7r8s9t0v1w".to_owned(),
+            "{channel}" => "sms".to_owned(),
+            p if p.starts_with('{') => "x_01jd4z7k8m3n5p6q7r8s9t0v1w".to_owned(),
+            p => p.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+#[tokio::test]
+async fn every_documented_operation_exists_and_documents_the_errors_it_answers() {
+    let host = TestHost::start().await;
+    let (_, token) = host.store_with_plugin("doc.example", &ALL_SCOPES).await;
+    for (document, credential) in [
+        ("/v1/openapi.json", token.as_str()),
+        ("/admin/v1/openapi.json", ADMIN_TOKEN),
+    ] {
+        let doc = host
+            .send(Method::GET, document, None, None)
+            .await
+            .expect(200);
+        let mut operations = 0;
+        for (path, item) in doc.body["paths"].as_object().expect("paths") {
+            for (method, operation) in item.as_object().expect("path item") {
+                let Ok(method) = method.to_uppercase().parse::<Method>() else {
+                    continue;
+                };
+                operations += 1;
+                let responses = operation["responses"].as_object().expect("responses");
+                let authenticated = path.starts_with("/v1/") || path.starts_with("/admin/v1/");
+                if authenticated {
+                    for status in ["401", "429"] {
+                        assert!(
+                            responses.contains_key(status),
+                            "{method} {path} lacks {status}"
+                        );
+                    }
+                }
+                // Every operation is routed: a call is answered by the route, never `no_route` or 405.
+                let body_text = "not json";
+                let request = host
+                    .request(method.clone(), &concrete(path))
+                    .bearer_auth(credential)
+                    .header("content-type", "text/plain")
+                    .body(body_text);
+                let reply = TestHost::read(request).await;
+                assert_ne!(reply.code(), "no_route", "{method} {path}: {}", reply.body);
+                assert_ne!(reply.status, 405, "{method} {path}: {}", reply.body);
+                if operation.get("requestBody").is_some() {
+                    // A body that is not JSON is 415, and the document says so.
+                    assert!(responses.contains_key("415"), "{method} {path} lacks 415");
+                    assert!(responses.contains_key("413"), "{method} {path} lacks 413");
+                    assert_eq!(reply.status, 415, "{method} {path}: {}", reply.body);
+                }
+                if path.contains('{') {
+                    assert!(responses.contains_key("404"), "{method} {path} lacks 404");
+                }
+                for (status, response) in responses {
+                    if status.starts_with('4') {
+                        assert_eq!(
+                            response["content"]["application/json"]["schema"]["$ref"],
+                            "#/components/schemas/ErrorResponse",
+                            "{method} {path} {status}"
+                        );
+                    }
+                }
+            }
+        }
+        assert!(
+            operations > 25,
+            "{document} documents {operations} operations"
+        );
+    }
 }
 
 #[tokio::test]

@@ -1057,20 +1057,29 @@ async fn a_plugin_reads_only_its_own_notifications() {
     .await
     .expect(404);
 
-    let spec = host
-        .send(Method::GET, "/v1/openapi.json", None, None)
-        .await
-        .expect(200);
-    for path in [
-        "/v1/notifications",
-        "/v1/notifications/{id}",
-        "/admin/v1/stores/{store_id}/outbox",
-        "/admin/v1/stores/{store_id}/senders/{channel}",
-        "/admin/v1/stores/{store_id}/banners",
+    for (document, path) in [
+        ("/v1/openapi.json", "/v1/notifications"),
+        ("/v1/openapi.json", "/v1/notifications/{id}"),
+        (
+            "/admin/v1/openapi.json",
+            "/admin/v1/stores/{store_id}/outbox",
+        ),
+        (
+            "/admin/v1/openapi.json",
+            "/admin/v1/stores/{store_id}/senders/{channel}",
+        ),
+        (
+            "/admin/v1/openapi.json",
+            "/admin/v1/stores/{store_id}/banners",
+        ),
     ] {
+        let spec = host
+            .send(Method::GET, document, None, None)
+            .await
+            .expect(200);
         assert!(
             spec.body["paths"].get(path).is_some(),
-            "{path} is documented"
+            "{path} is documented in {document}"
         );
     }
 }

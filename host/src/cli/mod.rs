@@ -98,6 +98,21 @@ struct ServeArgs {
         default_value_t = crate::plugins::RuntimeConfig::default().max_loaded_components
     )]
     max_loaded_components: usize,
+    /// Requests that fail authentication a client address may make at once; past that (and
+    /// until it refills at `--auth-failure-per-second`) its requests are refused with 429.
+    #[arg(
+        long,
+        env = "COMMERCE_HOST_AUTH_FAILURE_BURST",
+        default_value_t = crate::service::ratelimit::AUTH_FAILURE_BURST
+    )]
+    auth_failure_burst: u32,
+    /// Failed authentications per second a client address may make, sustained.
+    #[arg(
+        long,
+        env = "COMMERCE_HOST_AUTH_FAILURE_PER_SECOND",
+        default_value_t = crate::service::ratelimit::AUTH_FAILURE_PER_SECOND
+    )]
+    auth_failure_per_second: u32,
 }
 
 /// Parses the command line and runs the command.
@@ -133,6 +148,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.webhook_timeout = std::time::Duration::from_millis(args.webhook_timeout_ms.max(1));
     config.delivery_concurrency = args.delivery_concurrency.max(1);
     config.plugin_runtime.max_loaded_components = args.max_loaded_components.max(1);
+    config.auth_failures = crate::service::ratelimit::AuthFailureLimits {
+        burst: args.auth_failure_burst,
+        per_second: args.auth_failure_per_second.max(1),
+    };
     config.smtp_url = args.smtp_url.filter(|u| !u.trim().is_empty());
     if let Some(from) = args.mail_from {
         config.mail_from = from;

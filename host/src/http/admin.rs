@@ -296,9 +296,9 @@ pub async fn confirm_payment(
 pub struct EventFilter {
     /// Only events of this type.
     #[serde(rename = "type")]
-    #[param(value_type = Option<String>)]
     pub kind: Option<EventType>,
     /// Items per page, 1 to 250; 50 when absent.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 250)]
     pub limit: Option<String>,
     /// The `next_cursor` of the previous page.
     pub cursor: Option<String>,
@@ -414,6 +414,7 @@ pub async fn replay_component(
     params(("store_id" = String, Path, description = "Store id"), ("id" = String, Path, description = "Installation id"), PageParams),
     security(("admin_token" = [])),
     responses((status = 200, body = Page<crate::model::delivery::Attempt>), (status = 400, body = ErrorResponse),
+        (status = 409, description = "the installation's plugin has no component (`no_component`)", body = ErrorResponse),
         (status = 401, body = ErrorResponse), (status = 404, body = ErrorResponse)))]
 pub async fn component_attempts(
     State(app): State<AppState>,

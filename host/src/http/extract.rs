@@ -19,36 +19,123 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T> {
     type Rejection = Error;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Error> {
-        let is_json = req
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split(';').next())
-            .is_some_and(|mime| {
-                let mime = mime.trim().to_ascii_lowercase();
-                mime == "application/json" || mime.ends_with("+json")
-            });
-        if !is_json {
-            return Err(Error::UnsupportedMediaType);
-        }
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| match e {
-            BytesRejection::FailedToBufferBody(e) if e.status() == 413 => Error::PayloadTooLarge {
-                limit: crate::http::MAX_BODY_BYTES,
-            },
-            other => Error::BadRequest {
-                code: "unreadable_body",
-                message: format!("the request body could not be read: {other}"),
-                field: None,
-            },
-        })?;
-        parse_json(&bytes).map(Json)
+        let bytes = json_bytes(req, state).await?;
+        parse_json_object(&bytes).map(Json)
     }
 }
 
+/// A JSON body that may be left out: an empty body is `T::default()`; any other is read as
+/// [`Json`] reads it (415 unless `application/json`, then the same checks).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OptionalJson<T>(pub T);
+
+impl<T: DeserializeOwned + Default, S: Send + Sync> FromRequest<S> for OptionalJson<T> {
+    type Rejection = Error;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Error> {
+        let empty = req
+            .headers()
+            .get(axum::http::header::CONTENT_LENGTH)
+            .is_some_and(|v| v.as_bytes() == b"0")
+            || (req.headers().get(CONTENT_TYPE).is_none()
+                && !req
+                    .headers()
+                    .contains_key(axum::http::header::TRANSFER_ENCODING)
+                && !req
+                    .headers()
+                    .contains_key(axum::http::header::CONTENT_LENGTH));
+        if empty {
+            return Ok(OptionalJson(T::default()));
+        }
+        let bytes = json_bytes(req, state).await?;
+        if bytes.is_empty() {
+            return Ok(OptionalJson(T::default()));
+        }
+        parse_json_object(&bytes).map(OptionalJson)
+    }
+}
+
+/// The bytes of a JSON body: 415 unless the content type is JSON, 413 past the limit.
+async fn json_bytes<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, Error> {
+    let is_json = req
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|mime| {
+            let mime = mime.trim().to_ascii_lowercase();
+            mime == "application/json" || mime.ends_with("+json")
+        });
+    if !is_json {
+        return Err(Error::UnsupportedMediaType);
+    }
+    Bytes::from_request(req, state).await.map_err(|e| match e {
+        BytesRejection::FailedToBufferBody(e) if e.status() == 413 => Error::PayloadTooLarge {
+            limit: crate::http::MAX_BODY_BYTES,
+        },
+        other => Error::BadRequest {
+            code: "unreadable_body",
+            message: format!("the request body could not be read: {other}"),
+            field: None,
+        },
+    })
+}
+
+/// [`parse_json`] of a body, which must be an object.
+fn parse_json_object<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        return Err(Error::invalid("body", "the body must be a JSON object"));
+    }
+    parse_json(bytes)
+}
+
 /// Decodes JSON, turning serde's errors into our error with the path of the offending field.
+///
+/// A whole number written with a fraction (`2.0`, `1e3`) is a whole number, as JSON Schema's
+/// `integer` says: when a field wants an integer and got such a number, the body is read again
+/// with those numbers as integers (only then: the common case reads the body once).
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
+    match parse_json_exact(bytes) {
+        Err(Error::Validation { message, .. })
+            if message.starts_with("invalid type: floating point") =>
+        {
+            let mut value: serde_json::Value = parse_json_exact(bytes)
+                .map_err(|_| Error::invalid("body", "the body is not valid JSON"))?;
+            whole_numbers_as_integers(&mut value);
+            let text = serde_json::to_vec(&value).map_err(|e| {
+                Error::Internal(anyhow::Error::new(e).context("re-encoding a body"))
+            })?;
+            parse_json_exact(&text)
+        }
+        other => other,
+    }
+}
+
+/// Turns every number of `value` that is whole and fits an `i64` (`2.0`) into an integer.
+fn whole_numbers_as_integers(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Number(n) if n.is_f64() => {
+            if let Some(f) = n.as_f64()
+                && f.fract() == 0.0
+                && (-9.007_199_254_740_992e15..=9.007_199_254_740_992e15).contains(&f)
+            {
+                // Exact: within ±2^53 every whole f64 is an integer that fits an i64.
+                #[allow(clippy::cast_possible_truncation)]
+                let whole = f as i64;
+                *value = serde_json::Value::from(whole);
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(whole_numbers_as_integers),
+        serde_json::Value::Object(fields) => {
+            fields.values_mut().for_each(whole_numbers_as_integers)
+        }
+        _ => {}
+    }
+}
+
+fn parse_json_exact<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+    let value = serde_path_to_error::deserialize(super::strict::Strict(&mut de)).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         if inner.is_data() {
@@ -106,7 +193,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Query<T> {
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Error> {
-        let query = parts.uri.query().unwrap_or_default();
+        let query = without_empty_values(parts.uri.query().unwrap_or_default());
         let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
         serde_path_to_error::deserialize(de)
             .map(Query)
@@ -115,6 +202,24 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Query<T> {
                 let message = e.into_inner().to_string();
                 Error::invalid(field_of(&path, &message), message)
             })
+    }
+}
+
+/// A query string without its empty parameters: one given empty (`?limit=&cursor=`) means the
+/// same as one not given, as a form with an empty field does (the documents say so).
+fn without_empty_values(query: &str) -> std::borrow::Cow<'_, str> {
+    if query
+        .split('&')
+        .any(|pair| pair.is_empty() || pair.ends_with('='))
+    {
+        form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(
+                form_urlencoded::parse(query.as_bytes()).filter(|(_, value)| !value.is_empty()),
+            )
+            .finish()
+            .into()
+    } else {
+        query.into()
     }
 }
 
@@ -136,3 +241,46 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
 }
 
 pub use crate::model::ids::path_id;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    struct Line {
+        quantity: i64,
+        #[serde(default)]
+        lines: Vec<Line>,
+    }
+
+    #[test]
+    fn empty_query_parameters_are_left_out_and_others_kept_as_sent() {
+        assert_eq!(
+            without_empty_values("limit=&cursor=&status=paid"),
+            "status=paid"
+        );
+        assert_eq!(without_empty_values("a=1&&b=%20"), "a=1&b=+");
+        assert!(matches!(
+            without_empty_values("limit=5&cursor=abc"),
+            std::borrow::Cow::Borrowed("limit=5&cursor=abc")
+        ));
+    }
+
+    #[test]
+    fn whole_numbers_written_with_a_fraction_are_integers_and_fractions_are_refused() {
+        let line: Line =
+            parse_json(br#"{"quantity": 2.0, "lines": [{"quantity": 3e2}]}"#).expect("whole");
+        assert_eq!((line.quantity, line.lines[0].quantity), (2, 300));
+        let err = parse_json::<Line>(br#"{"quantity": 1, "lines": [{"quantity": 2.5}]}"#)
+            .expect_err("a fraction");
+        assert!(
+            matches!(&err, Error::Validation { field, .. } if field == "lines[0].quantity"),
+            "{err:?}"
+        );
+        let err = parse_json::<Line>(br#"{"quantity": 1e300}"#).expect_err("too large");
+        assert!(
+            matches!(&err, Error::Validation { field, .. } if field == "quantity"),
+            "{err:?}"
+        );
+    }
+}

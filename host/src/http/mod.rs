@@ -13,6 +13,7 @@ pub mod openapi;
 pub mod orders;
 pub mod products;
 pub mod serve;
+mod strict;
 pub mod v1;
 pub mod webhooks;
 
@@ -93,7 +94,8 @@ pub fn router(state: AppState) -> Router {
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             middleware::admin_auth,
-        ));
+        ))
+        .route("/openapi.json", get(openapi::serve_operator));
     Router::new()
         .nest("/v1", v1)
         .nest("/admin/v1", admin)

@@ -228,13 +228,31 @@ pub async fn list_senders(
     Ok(axum::Json(app.service.senders(&store_id(&store)?)?))
 }
 
+/// The channels that go out through a merchant's sender (banners and feed cards have none).
+#[derive(Debug, Clone, Copy, utoipa::ToSchema)]
+#[allow(dead_code)] // Named in the document only: the path is parsed by `sender_channel`.
+pub enum SenderChannel {
+    /// Email, over the merchant's SMTP server.
+    #[schema(rename = "email")]
+    Email,
+    /// SMS, through the merchant's provider.
+    #[schema(rename = "sms")]
+    Sms,
+    /// WhatsApp, through the merchant's provider.
+    #[schema(rename = "whatsapp")]
+    Whatsapp,
+    /// Push, through the merchant's provider.
+    #[schema(rename = "push")]
+    Push,
+}
+
 /// Connect the merchant's sender for a channel: `email` takes `{"smtp": {host, port, username?,
 /// password?, from, tls: none|starttls|tls}}`; `sms`, `whatsapp` and `push` take `{"url",
 /// "auth_token"?}`, and the host then POSTs `{id, channel, to, body, title?, store}` there with
 /// `Authorization: Bearer <auth_token>` and `Idempotency-Key: <id>`.
 #[utoipa::path(put, path = "/admin/v1/stores/{store_id}/senders/{channel}", tag = "operator", request_body = SenderSettings,
     params(("store_id" = String, Path, description = "Store id"),
-        ("channel" = String, Path, description = "`email`, `sms`, `whatsapp` or `push`")),
+        ("channel" = SenderChannel, Path, description = "`email`, `sms`, `whatsapp` or `push`")),
     security(("admin_token" = [])),
     responses((status = 200, body = SenderView), (status = 400, body = ErrorResponse),
         (status = 401, body = ErrorResponse), (status = 404, body = ErrorResponse)))]
@@ -253,7 +271,7 @@ pub async fn set_sender(
 
 /// Disconnect a sender: the channel's messages land in the outbox from now on.
 #[utoipa::path(delete, path = "/admin/v1/stores/{store_id}/senders/{channel}", tag = "operator",
-    params(("store_id" = String, Path, description = "Store id"), ("channel" = String, Path, description = "Channel")),
+    params(("store_id" = String, Path, description = "Store id"), ("channel" = SenderChannel, Path, description = "`email`, `sms`, `whatsapp` or `push`")),
     security(("admin_token" = [])),
     responses((status = 204, description = "disconnected"), (status = 401, body = ErrorResponse), (status = 404, body = ErrorResponse)))]
 pub async fn delete_sender(

@@ -183,15 +183,10 @@ pub async fn send_test_event(
     State(app): State<AppState>,
     Caller(actor): Caller,
     Path(id): Path<String>,
-    body: axum::body::Bytes,
+    // The body is optional: empty means the subscription's first event.
+    super::extract::OptionalJson(body): super::extract::OptionalJson<TestEventRequest>,
 ) -> Result<(StatusCode, axum::Json<Delivery>)> {
     let id = webhook_id(&id)?;
-    // The body is optional: empty means the subscription's first event.
-    let body: TestEventRequest = if body.is_empty() {
-        TestEventRequest::default()
-    } else {
-        super::extract::parse_json(&body)?
-    };
     let delivery = app.service.send_test_event(&actor, &id, &body)?;
     Ok((StatusCode::ACCEPTED, axum::Json(delivery)))
 }

@@ -164,6 +164,7 @@ pub struct CustomerFilter {
     /// Only the customer with this email (case-insensitive).
     pub email: Option<String>,
     /// Items per page, 1 to 250; 50 when absent.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 250)]
     pub limit: Option<String>,
     /// The `next_cursor` of the previous page.
     pub cursor: Option<String>,

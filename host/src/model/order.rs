@@ -405,10 +405,13 @@ pub struct OrderFilter {
     /// Only orders of this customer.
     pub customer_id: Option<CustomerId>,
     /// Only orders created at or after this time (RFC 3339).
+    #[param(format = DateTime)]
     pub created_at_min: Option<String>,
     /// Only orders created before this time (RFC 3339).
+    #[param(format = DateTime)]
     pub created_at_max: Option<String>,
     /// Items per page, 1 to 250; 50 when absent.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 250)]
     pub limit: Option<String>,
     /// The `next_cursor` of the previous page.
     pub cursor: Option<String>,

@@ -251,6 +251,7 @@ pub struct ProductFilter {
     /// Only products with this status.
     pub status: Option<ProductStatus>,
     /// Items per page, 1 to 250; 50 when absent.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 250)]
     pub limit: Option<String>,
     /// The `next_cursor` of the previous page.
     pub cursor: Option<String>,

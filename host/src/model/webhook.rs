@@ -240,6 +240,7 @@ pub struct DeliveryFilter {
     /// Only deliveries in this state: `pending`, `succeeded` or `failed`.
     pub status: Option<String>,
     /// Items per page, 1 to 250; 50 when absent.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 250)]
     pub limit: Option<String>,
     /// The `next_cursor` of the previous page.
     pub cursor: Option<String>,

@@ -86,6 +86,8 @@ pub struct Options {
     pub plugin_limits: limits::LimitPolicy,
     /// How the host sends its own mail (over SMTP when the operator configured a server).
     pub mail_route: mail::MailRoute,
+    /// How many failed authentications a client address may make.
+    pub auth_failures: ratelimit::AuthFailureLimits,
 }
 
 impl Deref for Service {
@@ -140,7 +142,7 @@ impl Service {
                 db,
                 clock,
                 limiter: ratelimit::RateLimiter::default(),
-                auth_limiter: ratelimit::AuthFailureLimiter::default(),
+                auth_limiter: ratelimit::AuthFailureLimiter::new(options.auth_failures),
                 auth_cache: auth_cache::AuthCache::new(auth_changes, auth_cache::CAPACITY),
                 boot_id: {
                     let mut bytes = [0u8; 16];

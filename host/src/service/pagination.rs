@@ -29,7 +29,7 @@ pub const MAX_LIMIT: usize = 250;
 #[into_params(parameter_in = Query)]
 pub struct PageParams {
     /// Items per page, 1 to 250; 50 when absent.
-    #[param(minimum = 1, maximum = 250)]
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 250)]
     pub limit: Option<String>,
     /// The `next_cursor` of the previous page.
     pub cursor: Option<String>,

@@ -160,6 +160,25 @@ pub const AUTH_FAILURE_PER_SECOND: u32 = 10;
 /// Below this many tracked addresses the limiter does not prune.
 const AUTH_PRUNE_MIN: usize = 4096;
 
+/// How many failed authentications an address may make: at once (`burst`), and per second
+/// sustained. The operator's setting; [`AuthFailureLimits::default`] is 20 and 10.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuthFailureLimits {
+    /// Failures an address may make at once.
+    pub burst: u32,
+    /// Failures an address may make per second, sustained (at least 1).
+    pub per_second: u32,
+}
+
+impl Default for AuthFailureLimits {
+    fn default() -> Self {
+        Self {
+            burst: AUTH_FAILURE_BURST,
+            per_second: AUTH_FAILURE_PER_SECOND,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct AuthState {
     buckets: HashMap<IpAddr, TokenBucket>,
@@ -168,7 +187,8 @@ struct AuthState {
 
 /// Failed authentication per client address: requests to `/v1` or `/admin/v1` without a token,
 /// with a malformed one, or with one that is unknown or revoked. Each address has a bucket of
-/// [`AUTH_FAILURE_BURST`] failures refilling at [`AUTH_FAILURE_PER_SECOND`]; while it is empty,
+/// the operator's burst of failures ([`AUTH_FAILURE_BURST`] by default) refilling at their rate
+/// ([`AUTH_FAILURE_PER_SECOND`] by default); while it is empty,
 /// every request of that address that needs authentication is refused with 429 `rate_limited`
 /// before its token is looked at (so guessing is slowed down, whatever the guess). Requests that
 /// authenticate do not count. IPv6 addresses count per /64 (what one client usually holds).
@@ -177,6 +197,7 @@ struct AuthState {
 #[derive(Debug, Default)]
 pub struct AuthFailureLimiter {
     state: Mutex<AuthState>,
+    limits: AuthFailureLimits,
 }
 
 /// The address a client is counted under: IPv4 as is (also when written as IPv6), IPv6 by /64.
@@ -195,6 +216,17 @@ fn client_key(ip: IpAddr) -> IpAddr {
 }
 
 impl AuthFailureLimiter {
+    /// A limiter with the operator's `limits` (a sustained rate below 1 counts as 1).
+    pub fn new(limits: AuthFailureLimits) -> Self {
+        Self {
+            state: Mutex::default(),
+            limits: AuthFailureLimits {
+                burst: limits.burst,
+                per_second: limits.per_second.max(1),
+            },
+        }
+    }
+
     /// Refuses with `Retry-After` while `ip` has no failures left.
     pub fn check(&self, ip: IpAddr, now: Timestamp) -> Result<()> {
         let now_ms = now.as_millisecond();
@@ -202,12 +234,12 @@ impl AuthFailureLimiter {
         let Some(bucket) = state.buckets.get_mut(&client_key(ip)) else {
             return Ok(());
         };
-        bucket.refill(AUTH_FAILURE_BURST, AUTH_FAILURE_PER_SECOND, now_ms);
+        bucket.refill(self.limits.burst, self.limits.per_second, now_ms);
         if bucket.has_token() {
             Ok(())
         } else {
             Err(Error::AuthRateLimited {
-                retry_after: bucket.retry_after_secs(AUTH_FAILURE_PER_SECOND),
+                retry_after: bucket.retry_after_secs(self.limits.per_second),
             })
         }
     }
@@ -219,15 +251,15 @@ impl AuthFailureLimiter {
         let bucket = state
             .buckets
             .entry(client_key(ip))
-            .or_insert_with(|| TokenBucket::full(AUTH_FAILURE_BURST, now_ms));
-        bucket.refill(AUTH_FAILURE_BURST, AUTH_FAILURE_PER_SECOND, now_ms);
+            .or_insert_with(|| TokenBucket::full(self.limits.burst, now_ms));
+        bucket.refill(self.limits.burst, self.limits.per_second, now_ms);
         bucket.take();
         if state.buckets.len() > state.prune_at.max(AUTH_PRUNE_MIN) {
             // Forget addresses that are back to a full allowance; prune again when the map has
             // doubled, so pruning costs O(1) per failure on average.
             state.buckets.retain(|_, bucket| {
-                bucket.refill(AUTH_FAILURE_BURST, AUTH_FAILURE_PER_SECOND, now_ms);
-                !bucket.is_full(AUTH_FAILURE_BURST)
+                bucket.refill(self.limits.burst, self.limits.per_second, now_ms);
+                !bucket.is_full(self.limits.burst)
             });
             state.prune_at = state.buckets.len() * 2;
         }
@@ -293,6 +325,23 @@ mod tests {
         // 10 per second: one failure back after 100 ms, not before.
         assert!(limiter.check(ip, at(99)).is_err());
         assert!(limiter.check(ip, at(100)).is_ok());
+    }
+
+    #[test]
+    fn the_operators_limits_replace_the_default_allowance_and_refill() {
+        let limiter = AuthFailureLimiter::new(AuthFailureLimits {
+            burst: 2,
+            per_second: 0,
+        });
+        let ip: IpAddr = "203.0.113.7".parse().expect("ip");
+        for _ in 0..2 {
+            limiter.check(ip, at(0)).expect("allowance left");
+            limiter.failed(ip, at(0));
+        }
+        assert!(limiter.check(ip, at(0)).is_err());
+        // A rate of 0 counts as 1 per second: back after 1 s, not before.
+        assert!(limiter.check(ip, at(999)).is_err());
+        assert!(limiter.check(ip, at(1000)).is_ok());
     }
 
     #[test]

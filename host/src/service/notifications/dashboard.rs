@@ -16,12 +16,11 @@ use crate::service::pagination::{Listing, Page, PageRequest};
 #[serde(deny_unknown_fields)]
 pub struct MessageFilter {
     /// Only messages with this status (`queued`, `sent`, `failed`, `outbox`, `shown`).
-    #[param(value_type = Option<String>)]
     pub status: Option<MessageStatus>,
     /// Only messages on this channel.
-    #[param(value_type = Option<String>)]
     pub channel: Option<Channel>,
     /// Items per page, 1 to 250; 50 when absent.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 250)]
     pub limit: Option<String>,
     /// The `next_cursor` of the previous page.
     pub cursor: Option<String>,
