@@ -158,6 +158,8 @@ pub mod log;
 pub mod notify;
 pub mod orders;
 pub mod products;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod testing;
 pub mod webhook;
 
 pub use error::{Error, Result};

@@ -16,7 +16,7 @@ pub fn repo_root() -> PathBuf {
 /// their own so that their build never waits on the host's.
 /// `COMMERCE_HOST_EXAMPLES_TARGET_DIR` overrides it (several checkouts sharing one
 /// `CARGO_TARGET_DIR` would otherwise overwrite each other's components).
-fn target_dir() -> PathBuf {
+pub fn target_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("COMMERCE_HOST_EXAMPLES_TARGET_DIR") {
         return PathBuf::from(dir);
     }

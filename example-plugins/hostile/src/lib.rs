@@ -30,7 +30,10 @@ fn recurse(n: u64) -> u64 {
     if n == u64::MAX {
         return 0;
     }
-    recurse(std::hint::black_box(n + 1)).wrapping_mul(n | 1).rotate_left(3) ^ n
+    recurse(std::hint::black_box(n + 1))
+        .wrapping_mul(n | 1)
+        .rotate_left(3)
+        ^ n
 }
 
 impl Plugin for Hostile {

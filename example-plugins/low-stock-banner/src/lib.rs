@@ -26,7 +26,10 @@ impl Plugin for LowStockBanner {
         let (title, body) = if worst == "out_of_stock" {
             (
                 format!("{} is out of stock", product.title),
-                format!("{} has no stock left; customers cannot buy it.", product.title),
+                format!(
+                    "{} has no stock left; customers cannot buy it.",
+                    product.title
+                ),
             )
         } else {
             (
@@ -41,7 +44,10 @@ impl Plugin for LowStockBanner {
             .link("Restock", &format!("/products/{}", product.id))
             .dismiss("Dismiss")
             .show()?;
-        log::info(&format!("{worst} banner for {} shown as {}", product.id, receipt.id));
+        log::info(&format!(
+            "{worst} banner for {} shown as {}",
+            product.id, receipt.id
+        ));
         Ok(())
     }
 }

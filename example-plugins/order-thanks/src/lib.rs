@@ -11,7 +11,10 @@ impl Plugin for OrderThanks {
         // `order.paid` carries the id, total and currency; the customer is on the order.
         let order = orders::get(&paid.id)?;
         let Some(customer) = order.customer_id else {
-            log::info(&format!("order {} has no customer: no thank-you to send", order.id));
+            log::info(&format!(
+                "order {} has no customer: no thank-you to send",
+                order.id
+            ));
             return Ok(());
         };
         let data = serde_json::json!({
@@ -20,7 +23,10 @@ impl Plugin for OrderThanks {
             "store": event.store.domain,
         });
         let receipt = notify::email(&format!("customer:{customer}"), "order-thanks", &data)?;
-        log::info(&format!("thank-you for {} queued as {}", order.id, receipt.id));
+        log::info(&format!(
+            "thank-you for {} queued as {}",
+            order.id, receipt.id
+        ));
         Ok(())
     }
 }

@@ -33,7 +33,10 @@ impl Plugin for ReviewRequest {
             &format!("/orders/{}", order.id),
         )
         .post()?;
-        log::info(&format!("review card for {} posted as {}", order.id, receipt.id));
+        log::info(&format!(
+            "review card for {} posted as {}",
+            order.id, receipt.id
+        ));
         Ok(())
     }
 }

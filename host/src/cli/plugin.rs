@@ -123,7 +123,7 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
             let dir = super::scaffold::new_plugin(&args.name, &dir, &sdk)?;
             println!("created {} in {}", args.name, dir.display());
             println!(
-                "next: cd {} && commerce-host plugin build && commerce-host plugin publish",
+                "next: cd {} && cargo test (runs tests/plugin.rs through `commerce-host plugin run`), then commerce-host plugin build && commerce-host plugin publish",
                 dir.display()
             );
         }

@@ -56,6 +56,13 @@ pub struct RunArgs {
     /// read from the `templates/` folder beside it.
     #[arg(long)]
     pub manifest: Option<PathBuf>,
+    /// Print the report as one JSON object (what the guest SDK's `testing` module reads) instead
+    /// of text: `plugin`, `event`, `host_calls` (`function`, `args`, `error`), `logs` (`level`,
+    /// `message`), `notifications`, `events` (the events the run fired), `changes` (`created` or
+    /// `updated` record keys with their values), and `outcome` (`ok`, `verdict`, `fuel_used`,
+    /// `duration_ms`).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Name of the fixtures' own installation, which seeds the store (every scope, no component).
@@ -65,7 +72,11 @@ const FIXTURES: &str = "plugin-run-fixtures";
 /// not happen, or when the plugin failed (a trap, a limit, a handler error, a refused host call).
 pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     let (report, ok) = run_report(args)?;
-    print!("{}", report.text);
+    if args.json {
+        println!("{}", report.json);
+    } else {
+        print!("{}", report.text);
+    }
     if ok {
         Ok(())
     } else {
@@ -79,6 +90,8 @@ pub struct Report {
     pub text: String,
     /// Why the run failed, or `ok`.
     pub verdict: String,
+    /// The same report as one JSON object (`plugin run --json`).
+    pub json: Value,
 }
 
 /// Runs the component; returns the report and whether the plugin succeeded.
@@ -278,7 +291,36 @@ pub fn run_report(args: &RunArgs) -> anyhow::Result<(Report, bool)> {
     };
     let _ = writeln!(text, "outcome: {verdict}");
     let _ = writeln!(text, "  {usage}");
-    Ok((Report { text, verdict }, ok))
+    let json = json!({
+        "plugin": {"name": manifest.name, "version": manifest.version},
+        "event": serde_json::to_value(&delivered).unwrap_or_default(),
+        "host_calls": outcome.host_calls.iter().map(|call| json!({
+            "function": call.function,
+            "args": call.args,
+            "error": call.error.as_ref().map(describe_error),
+        })).collect::<Vec<_>>(),
+        "logs": outcome.logs.iter().map(|line| json!({
+            "level": line.level.to_string(),
+            "message": line.message,
+        })).collect::<Vec<_>>(),
+        "notifications": messages.iter().map(|m| serde_json::to_value(&m.notification).unwrap_or_default()).collect::<Vec<_>>(),
+        "events": fired.iter().map(|e| serde_json::to_value(e).unwrap_or_default()).collect::<Vec<_>>(),
+        "changes": changes_json(&before, &after),
+        "outcome": {
+            "ok": ok,
+            "verdict": verdict,
+            "fuel_used": outcome.fuel_used,
+            "duration_ms": u64::try_from(outcome.elapsed.as_millis()).unwrap_or(u64::MAX),
+        },
+    });
+    Ok((
+        Report {
+            text,
+            verdict,
+            json,
+        },
+        ok,
+    ))
 }
 
 fn read_json(path: &Path, flag: &str) -> anyhow::Result<Value> {
@@ -728,6 +770,21 @@ fn write_messages(out: &mut String, messages: &[Message]) {
 }
 
 /// The records the plugin created, changed or deleted (field by field), and the events it fired.
+/// The records the run created or changed, by key, with their values after the run.
+fn changes_json(before: &BTreeMap<String, Value>, after: &BTreeMap<String, Value>) -> Value {
+    let mut changes = Vec::new();
+    for (key, new) in after {
+        match before.get(key) {
+            None => changes.push(json!({"change": "created", "record": key, "value": new})),
+            Some(old) if old != new => {
+                changes.push(json!({"change": "updated", "record": key, "value": new}));
+            }
+            Some(_) => {}
+        }
+    }
+    Value::Array(changes)
+}
+
 fn write_changes(
     out: &mut String,
     before: &BTreeMap<String, Value>,

@@ -42,6 +42,7 @@ pub fn new_plugin(name: &str, dir: &Path, sdk: &Path) -> anyhow::Result<PathBuf>
         );
     }
     std::fs::create_dir_all(dir.join("src"))?;
+    std::fs::create_dir_all(dir.join("tests"))?;
     std::fs::create_dir_all(dir.join("templates"))?;
     let write = |file: &str, text: String| {
         std::fs::write(dir.join(file), text).with_context(|| format!("writing {file}"))
@@ -50,6 +51,7 @@ pub fn new_plugin(name: &str, dir: &Path, sdk: &Path) -> anyhow::Result<PathBuf>
     write("plugin.toml", manifest)?;
     write(&format!("templates/{name}.toml"), TEMPLATE.to_owned())?;
     write("src/lib.rs", lib_rs(name))?;
+    write("tests/plugin.rs", plugin_test(name))?;
     write("README.md", readme(name))?;
     write(".gitignore", "/target\n".to_owned())?;
     Ok(dir.to_owned())
@@ -167,6 +169,29 @@ mod tests {{
     )
 }
 
+/// The scaffold's test of the compiled component, through the SDK's test harness.
+fn plugin_test(name: &str) -> String {
+    format!(
+        r#"//! The plugin as the host runs it: `plugin_run!` builds the component for wasm32-wasip2 and runs
+//! it on one event against a throwaway store (`commerce-host plugin run`; the `commerce-host`
+//! command must be on the PATH, or named by COMMERCE_HOST_BIN).
+
+use commerce_guest_sdk::plugin_run;
+
+#[test]
+fn a_paid_order_sends_the_customer_a_thank_you() {{
+    let run = plugin_run!("order.paid").run();
+    run.assert_ok();
+    assert_eq!(run.calls_to("orders.get"), 1);
+    assert_eq!(run.calls_to("notifications.send"), 1);
+    let sent = &run.notifications()[0];
+    assert_eq!(sent["channel"], "email");
+    assert_eq!(sent["template"], "{name}");
+}}
+"#
+    )
+}
+
 fn readme(name: &str) -> String {
     format!(
         r#"# {name}
@@ -175,7 +200,7 @@ A commerce-host plugin: on `order.paid` it emails the customer a thank-you throu
 template (`templates/{name}.toml`).
 
 ```sh
-cargo test                                   # the unit tests, natively
+cargo test                                   # the unit tests, and tests/plugin.rs: the built component on an event
 commerce-host plugin build                   # checks plugin.toml and templates/, builds the component
 commerce-host plugin publish                 # uploads manifest, templates and component to the host
 commerce-host plugin install --store STORE_ID
