@@ -3,7 +3,7 @@
 //! A plugin is a WebAssembly component that the host runs in a sandbox: it receives the store's
 //! events and calls the store's capabilities (orders, products, inventory, customers,
 //! notifications) with exactly the scopes its manifest declares. This crate wraps the WIT contract
-//! (`commerce:plugin@0.1.0`) so that a plugin crate needs no `wit_bindgen` code of its own.
+//! (`commerce:plugin@0.2.0`, see [`WIT_VERSION`]) so that a plugin crate needs no `wit_bindgen` code of its own.
 //!
 //! # A complete plugin
 //!
@@ -172,8 +172,8 @@ pub use plugin::Plugin;
 #[allow(clippy::all, clippy::pedantic, missing_docs, unsafe_code)]
 pub mod __bindings {
     wit_bindgen::generate!({
-        path: "../wit",
-        world: "commerce:plugin/plugin@0.1.0",
+        path: "../wit/0.2.0",
+        world: "commerce:plugin/plugin@0.2.0",
         // The export macro is called from the plugin crate and must find the generated types
         // here, not in the plugin crate.
         pub_export_macro: true,
@@ -204,8 +204,28 @@ pub fn settings<T: serde::de::DeserializeOwned>() -> Result<T> {
     })
 }
 
+// One literal for the version, usable in `concat!`.
+macro_rules! wit_version {
+    () => {
+        "0.2.0"
+    };
+}
+
+/// The version of the WIT contract, `commerce:plugin@<version>`, that this SDK builds plugins
+/// against. The host runs components of every version it supports (see the README's "Plugin
+/// contract versions"); [`commerce_plugin!`] records this version and the SDK's in the component.
+pub const WIT_VERSION: &str = wit_version!();
+
+/// This SDK's version, recorded in every component built with it.
+pub const SDK_VERSION: &str = env!("CARGO_PKG_VERSION");
+
 /// Registers a [`Plugin`] type as the component's event handler. Use it once, at the root of the
 /// plugin crate.
+///
+/// Besides the export, it records in the component which WIT version and which SDK version it
+/// was built with (a custom section named `commerce-plugin`, holding
+/// `{"wit":"<version>","sdk":"<version>"}`), so that a host can refuse a component it cannot run
+/// with a message that says why, and tools can show what a component was built with.
 #[macro_export]
 macro_rules! commerce_plugin {
     ($plugin:ty) => {
@@ -213,12 +233,42 @@ macro_rules! commerce_plugin {
         #[doc(hidden)]
         type __CommercePluginExport = $crate::__private::Adapter<$plugin>;
         $crate::__bindings::__export_commerce_plugin!(__CommercePluginExport with_types_in $crate::__bindings);
+
+        // Emitted from the plugin's own crate, whose object file is always linked, so the
+        // section survives into the component.
+        #[cfg(target_arch = "wasm32")]
+        #[doc(hidden)]
+        #[used]
+        #[unsafe(link_section = "commerce-plugin")]
+        static __COMMERCE_PLUGIN_SECTION: [u8; $crate::__private::SECTION.len()] =
+            $crate::__private::section();
     };
 }
 
 #[doc(hidden)]
 pub mod __private {
     pub use crate::plugin::Adapter;
+
+    /// The content of the `commerce-plugin` custom section.
+    pub const SECTION: &str = concat!(
+        "{\"wit\":\"",
+        wit_version!(),
+        "\",\"sdk\":\"",
+        env!("CARGO_PKG_VERSION"),
+        "\"}"
+    );
+
+    /// [`SECTION`] as an array, the form a `link_section` static needs.
+    pub const fn section<const N: usize>() -> [u8; N] {
+        let bytes = SECTION.as_bytes();
+        let mut out = [0u8; N];
+        let mut i = 0;
+        while i < N {
+            out[i] = bytes[i];
+            i += 1;
+        }
+        out
+    }
 }
 
 /// A first page request of `limit` items (1 to 250).

@@ -147,7 +147,7 @@ impl FeedCard {
     pub fn suggestion(title: &str, body: &str, label: &str, path: &str) -> Self {
         Self {
             card: wit::FeedCard {
-                kind: "suggestion".to_owned(),
+                kind: wit::CardKind::Suggestion,
                 title: title.to_owned(),
                 body: body.to_owned(),
                 primary: wit::Link {

@@ -251,6 +251,8 @@ fn a_manifest_is_held_to_the_limit_maxima_whenever_it_is_published_not_only_with
     let component = ComponentInfo {
         sha256: "0".repeat(64),
         size: 1,
+        wit_version: "0.2.0".into(),
+        sdk_version: None,
     };
 
     let err = service

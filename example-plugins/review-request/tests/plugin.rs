@@ -13,7 +13,7 @@ fn a_shipped_order_posts_a_review_suggestion_naming_the_customer() {
     let card = &run.host_calls()[1];
     // The seeded order is Ada's: the card asks her by first name.
     assert!(card.args.contains("Ask Ada for a review"), "{}", card.args);
-    assert!(card.args.contains("suggestion"), "{}", card.args);
+    assert!(card.args.contains("CardKind::Suggestion"), "{}", card.args);
 }
 
 #[test]

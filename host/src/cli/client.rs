@@ -65,6 +65,18 @@ impl HostClient {
         self.send(method, path, &self.token, body).await
     }
 
+    /// [`HostClient::admin`] for one record: `None` when the host answers 404.
+    pub async fn admin_optional(
+        &self,
+        method: Method,
+        path: &str,
+    ) -> anyhow::Result<Option<Value>> {
+        match self.exchange(method, path, &self.token, None).await? {
+            (404, _, _) => Ok(None),
+            answer => self.answer(answer).map(Some),
+        }
+    }
+
     /// The same as [`HostClient::admin`] with another bearer token (a project token on `/v1`).
     pub async fn send(
         &self,
@@ -73,6 +85,27 @@ impl HostClient {
         token: &str,
         body: Option<&Value>,
     ) -> anyhow::Result<Value> {
+        let answer = self.exchange(method, path, token, body).await?;
+        self.answer(answer)
+    }
+
+    /// A 2xx's body, or the error it describes.
+    fn answer(&self, (status, json, context): (u16, Value, String)) -> anyhow::Result<Value> {
+        if (200..300).contains(&status) {
+            return Ok(json);
+        }
+        Err(anyhow!("{}", describe_error(status, &json)).context(context))
+    }
+
+    /// Sends a request; returns the status, the JSON body (`null` when empty or not JSON) and
+    /// `METHOD URL answered STATUS` for an error's context.
+    async fn exchange(
+        &self,
+        method: Method,
+        path: &str,
+        token: &str,
+        body: Option<&Value>,
+    ) -> anyhow::Result<(u16, Value, String)> {
         let url = format!("{}{path}", self.base);
         let mut request = self.http.request(method.clone(), &url).bearer_auth(token);
         if let Some(body) = body {
@@ -99,11 +132,11 @@ impl HostClient {
         } else {
             serde_json::from_slice(&bytes).unwrap_or(Value::Null)
         };
-        if status.is_success() {
-            return Ok(json);
-        }
-        Err(anyhow!("{}", describe_error(status.as_u16(), &json))
-            .context(format!("{method} {url} answered {status}")))
+        Ok((
+            status.as_u16(),
+            json,
+            format!("{method} {url} answered {status}"),
+        ))
     }
 }
 

@@ -11,6 +11,7 @@ use crate::Config;
 
 pub mod client;
 pub mod demo;
+pub mod dev;
 pub mod package;
 pub mod plugin;
 pub mod run;

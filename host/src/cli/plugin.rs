@@ -25,6 +25,9 @@ pub enum PluginCommand {
     Install(InstallArgs),
     /// The plugin's delivery attempts in a store, with the lines it logged.
     Logs(LogsArgs),
+    /// Build, publish and install into a local host, then rebuild and republish on every saved
+    /// change, printing the plugin's attempts and log lines as events arrive (Ctrl-C ends it).
+    Dev(super::dev::DevArgs),
     /// Run a built component on one event against a throwaway store (no host needed): prints
     /// the event, every host call and its result, the logs, the notifications it would send, the
     /// records it wrote and the outcome. Exits non-zero when the plugin failed.
@@ -64,7 +67,7 @@ pub struct HostArgs {
 }
 
 impl HostArgs {
-    fn client(&self) -> anyhow::Result<HostClient> {
+    pub(super) fn client(&self) -> anyhow::Result<HostClient> {
         HostClient::from_args(Some(&self.url), self.admin_token.as_deref())
     }
 }
@@ -132,8 +135,21 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
             let built = tokio::task::spawn_blocking(move || package::build(&dir, None, true))
                 .await
                 .context("the build task")??;
-            println!("built {} ({} bytes)", built.path.display(), built.size);
+            println!(
+                "built {} ({} bytes; commerce:plugin@{}{})",
+                built.path.display(),
+                built.size,
+                built.wit_version,
+                built
+                    .sdk_version
+                    .map(|v| format!(", commerce-guest-sdk {v}"))
+                    .unwrap_or_default()
+            );
+            if let Some(warning) = built.warning {
+                eprintln!("warning: {warning}");
+            }
         }
+        PluginCommand::Dev(args) => super::dev::run(args).await?,
         PluginCommand::Publish(args) => {
             let client = args.host.client()?;
             // An external (HTTP-only) plugin receives no events as a component: it has none.

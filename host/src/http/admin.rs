@@ -40,6 +40,10 @@ pub fn router() -> Router<AppState> {
             delete(uninstall).get(get_installation),
         )
         .route(
+            "/stores/{store_id}/installations/{id}/upgrade",
+            post(upgrade),
+        )
+        .route(
             "/stores/{store_id}/installations/{id}/settings",
             axum::routing::put(configure),
         )
@@ -80,8 +84,9 @@ pub struct PublishPlugin {
     /// The version's message templates by key (the files of the package's `templates/`).
     #[serde(default)]
     pub templates: BTreeMap<String, TemplateSource>,
-    /// The plugin's WebAssembly component (a `wasm32-wasip2` build targeting
-    /// `commerce:plugin/plugin@0.1.0`), base64; absent for an external HTTP plugin.
+    /// The plugin's WebAssembly component (a `wasm32-wasip2` build targeting the
+    /// `commerce:plugin/plugin` world of a version the host runs, `0.1.0` or `0.2.0`), base64;
+    /// absent for an external HTTP plugin.
     #[serde(default)]
     pub component: Option<String>,
 }
@@ -268,6 +273,24 @@ pub async fn uninstall(
     let id: InstallationId = path_id("installation", &id)?;
     app.service.uninstall(&store, &id)?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Move an installation to its plugin's current version: its scopes and component events become
+/// the new version's; its token, settings and webhook subscriptions stay. Already current: the
+/// installation unchanged. A version whose manifest `webhooks` differ is 409 `webhooks_changed`
+/// (uninstall and install it).
+#[utoipa::path(post, path = "/admin/v1/stores/{store_id}/installations/{id}/upgrade", tag = "operator",
+    params(("store_id" = String, Path, description = "Store id"), ("id" = String, Path, description = "Installation id")),
+    security(("admin_token" = [])),
+    responses((status = 200, body = Installation), (status = 400, body = ErrorResponse), (status = 401, body = ErrorResponse),
+        (status = 404, body = ErrorResponse), (status = 409, description = "the new version's manifest webhooks differ", body = ErrorResponse)))]
+pub async fn upgrade(
+    State(app): State<AppState>,
+    Path((store_id, id)): Path<(String, String)>,
+) -> Result<axum::Json<Installation>> {
+    let store: StoreId = path_id("store", &store_id)?;
+    let id: InstallationId = path_id("installation", &id)?;
+    Ok(axum::Json(app.service.upgrade(&store, &id)?))
 }
 
 /// Confirm a payment, as the payment gateway does: the open order becomes `paid` and `order.paid`

@@ -121,4 +121,16 @@ pub struct ComponentInfo {
     pub sha256: String,
     /// Size in bytes.
     pub size: u64,
+    /// The version of the plugin contract, `commerce:plugin@<version>`, the component was built
+    /// against (read from its `handler` export). Components published before versions were
+    /// recorded are `0.1.0`, the only version there was.
+    #[serde(default = "first_wit_version")]
+    pub wit_version: String,
+    /// The guest SDK version that built the component, when it recorded one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sdk_version: Option<String>,
+}
+
+fn first_wit_version() -> String {
+    "0.1.0".to_owned()
 }

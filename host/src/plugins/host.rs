@@ -51,7 +51,7 @@ impl StoreCalls<'_> {
 
     /// A summary of a call's arguments, only when the invocation is traced (`plugin run`), cut to
     /// [`MAX_ARGS_SUMMARY`] bytes.
-    fn args(&self, summary: impl FnOnce() -> String) -> Option<String> {
+    pub(super) fn args(&self, summary: impl FnOnce() -> String) -> Option<String> {
         if !self.trace {
             return None;
         }
@@ -409,15 +409,32 @@ impl notifications::Host for StoreCalls<'_> {
 
     fn post_feed_card(&mut self, card: notifications::FeedCard) -> Call<notifications::Receipt> {
         let args = self.args(|| format!("{card:?}"));
+        let kind = match card.kind {
+            notifications::CardKind::Suggestion => "suggestion",
+        };
+        self.post_card(args, kind.to_owned(), card.title, card.body, card.primary)
+    }
+}
+
+impl StoreCalls<'_> {
+    /// `notifications.post-feed-card` of every version: the kind as text (a `card-kind` since
+    /// 0.2.0; any string in 0.1.0, checked by the service function, as over HTTP).
+    pub(super) fn post_card(
+        &mut self,
+        args: Option<String>,
+        kind: String,
+        title: String,
+        body: String,
+        primary: notifications::Link,
+    ) -> Call<notifications::Receipt> {
         self.call("notifications.post-feed-card", args, |s| {
-            // The kind is checked by the service function, as over HTTP.
             let card = FeedCardInput {
-                kind: card.kind,
-                title: card.title,
-                body: card.body,
+                kind,
+                title,
+                body,
                 primary: Link {
-                    label: card.primary.label,
-                    href: card.primary.href,
+                    label: primary.label,
+                    href: primary.href,
                 },
             };
             send(
@@ -459,18 +476,18 @@ impl log::Host for LogSink<'_> {
 }
 
 /// Which view of [`Invocation`] the store capabilities get.
-struct StoreCallsData;
+pub(super) struct StoreCallsData;
 impl HasData for StoreCallsData {
     type Data<'a> = StoreCalls<'a>;
 }
 
 /// Which view the `log` interface gets.
-struct LogData;
+pub(super) struct LogData;
 impl HasData for LogData {
     type Data<'a> = LogSink<'a>;
 }
 
-/// Adds every `commerce:plugin` import to the linker, each with its narrow view.
+/// Adds every `commerce:plugin@0.2.0` import to the linker, each with its narrow view.
 pub fn add_to_linker(linker: &mut Linker<Invocation>) -> wasmtime::Result<()> {
     let calls: fn(&mut Invocation) -> StoreCalls<'_> = Invocation::store_calls;
     types::add_to_linker::<_, StoreCallsData>(linker, calls)?;
@@ -494,6 +511,7 @@ mod tests {
     use crate::model::clock::ManualClock;
     use crate::model::plugin::Manifest;
     use crate::plugins::Limits;
+    use crate::plugins::bindings::v0_1::commerce::plugin::notifications as old;
     use crate::plugins::state::Invocation;
     use crate::service::{Actor, Service};
     use crate::storage::Db;
@@ -525,7 +543,7 @@ mod tests {
     }
 
     #[test]
-    fn a_feed_card_of_an_unknown_kind_meets_the_same_refusal_from_a_component_as_over_http() {
+    fn a_feed_card_of_an_unknown_kind_from_a_0_1_component_meets_the_same_refusal_as_over_http() {
         let dir = tempfile::tempdir().expect("temp dir");
         let (service, actor) = installed(dir.path());
 
@@ -541,14 +559,15 @@ mod tests {
         };
         assert_eq!(field, "card.kind");
 
+        // `commerce:plugin@0.1.0` takes the kind as a string (0.2.0 makes it an enum).
         let mut invocation = Invocation::new(actor, service.clone(), &Limits::default());
-        let from_component = notifications::Host::post_feed_card(
+        let from_component = old::Host::post_feed_card(
             &mut invocation.store_calls(),
-            notifications::FeedCard {
+            old::FeedCard {
                 kind: "ad".into(),
                 title: "t".into(),
                 body: "b".into(),
-                primary: notifications::Link {
+                primary: old::Link {
                     label: "l".into(),
                     href: "/x".into(),
                 },

@@ -13,6 +13,7 @@
 use crate::model::plugin::ComponentInfo;
 pub mod bindings;
 pub mod cache;
+mod compat;
 mod convert;
 mod deadline;
 mod host;
@@ -139,7 +140,7 @@ impl Plugins {
         wasm: &[u8],
         field: &str,
     ) -> Result<ComponentInfo> {
-        let compiled = self
+        let (compiled, wit_version) = self
             .runtime
             .precompile(wasm)
             .map_err(|e| Error::invalid(field, e.to_string()))?;
@@ -151,6 +152,8 @@ impl Plugins {
         Ok(ComponentInfo {
             sha256: hex::encode(Sha256::digest(wasm)),
             size: wasm.len() as u64,
+            wit_version: wit_version.to_owned(),
+            sdk_version: runtime::built_with(wasm).map(|b| b.sdk),
         })
     }
 
@@ -255,7 +258,7 @@ impl Plugins {
     fn recompile(&self, stem: &str, cwasm: &Path, why: impl std::fmt::Display) -> Result<()> {
         let wasm = std::fs::read(self.dir.join(format!("{stem}.wasm")))
             .map_err(|e| anyhow::anyhow!("component {stem} is missing ({why}): {e}"))?;
-        let compiled = self
+        let (compiled, _) = self
             .runtime
             .precompile(&wasm)
             .map_err(|e| anyhow::anyhow!("recompiling {stem}: {e}"))?;

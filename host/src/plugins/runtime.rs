@@ -11,15 +11,19 @@ use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
 
 use super::bindings::commerce::plugin::events::Event;
-use super::bindings::{Plugin, PluginPre};
+use super::bindings::{v0_1, v0_2};
 use super::limits::{LimitExceeded, Limits};
 use super::state::{HostCall, Invocation};
-use super::{deadline, host};
+use super::{compat, deadline, host};
 use crate::model::log::LogLine;
 use crate::service::{Actor, Service};
 
-/// The export every plugin must have.
-pub const HANDLER_EXPORT: &str = "commerce:plugin/handler@0.1.0";
+/// The versions of `commerce:plugin` the host runs, oldest first; the last is the latest.
+/// A released version is supported until the first host release a year after its successor.
+pub const WIT_VERSIONS: [&str; 2] = ["0.1.0", "0.2.0"];
+
+/// The export every plugin has, in every version: `commerce:plugin/handler@<version>`.
+const HANDLER: &str = "commerce:plugin/handler@";
 
 /// Engine-wide settings (operator maxima). Per-invocation limits are in [`Limits`].
 #[derive(Debug, Clone)]
@@ -67,9 +71,12 @@ pub enum LoadError {
     NotAComponent,
     /// Not wasm at all, or invalid wasm.
     Invalid(String),
-    /// A component that does not export `commerce:plugin/handler@0.1.0` (or with a
-    /// different type), listing what it does export.
+    /// A component that does not export `commerce:plugin/handler` (or with a different type),
+    /// listing what it does export.
     WrongWorld(String),
+    /// A component built against a version of `commerce:plugin` the host does not know (with
+    /// the SDK version that built it, when recorded).
+    UnknownVersion { wit: String, sdk: Option<String> },
     /// It imports something the host does not provide (a non-WASI-p2 or unknown interface).
     UnsupportedImport(String),
 }
@@ -84,7 +91,15 @@ impl std::fmt::Display for LoadError {
             Self::Invalid(e) => write!(f, "not a valid wasm component: {e}"),
             Self::WrongWorld(e) => write!(
                 f,
-                "component does not target commerce:plugin/plugin@0.1.0: {e}"
+                "component does not target the commerce:plugin/plugin world: {e}"
+            ),
+            Self::UnknownVersion { wit, sdk } => write!(
+                f,
+                "the component is built against commerce:plugin@{wit}{}, which this host does not know: it runs commerce:plugin@{}; rebuild the plugin with a guest SDK for one of those, or upgrade the host",
+                sdk.as_ref()
+                    .map(|v| format!(" (commerce-guest-sdk {v})"))
+                    .unwrap_or_default(),
+                WIT_VERSIONS.join(" and @")
             ),
             Self::UnsupportedImport(e) => write!(
                 f,
@@ -176,12 +191,32 @@ pub struct Outcome {
 /// compiled bytes).
 #[derive(Clone)]
 pub struct LoadedPlugin {
-    pub pre: PluginPre<Invocation>,
+    pre: Pre,
+}
+
+/// The component ready to instantiate, with the bindings of the version it was built against.
+#[derive(Clone)]
+enum Pre {
+    V0_1(v0_1::PluginPre<Invocation>),
+    V0_2(v0_2::PluginPre<Invocation>),
+}
+
+impl LoadedPlugin {
+    /// The version of `commerce:plugin` the component was built against.
+    pub fn wit_version(&self) -> &'static str {
+        match self.pre {
+            Pre::V0_1(_) => "0.1.0",
+            Pre::V0_2(_) => "0.2.0",
+        }
+    }
 }
 
 pub struct Runtime {
     engine: Engine,
+    /// The latest version's imports.
     linker: Linker<Invocation>,
+    /// `commerce:plugin@0.1.0`'s, adapted to the latest (`compat`).
+    linker_v0_1: Linker<Invocation>,
     config: RuntimeConfig,
     ticker: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
 }
@@ -189,14 +224,8 @@ pub struct Runtime {
 impl Runtime {
     pub fn new(config: RuntimeConfig) -> wasmtime::Result<Self> {
         let engine = Engine::new(&engine_config(&config))?;
-        let mut linker = Linker::new(&engine);
-        // WASI p2, sync flavour: Rust's wasip2 std imports wasi:cli/environment,
-        // wasi:cli/exit, wasi:io/*, wasi:clocks/*, wasi:filesystem/*, wasi:random/* even when
-        // unused; the empty WasiCtx makes them inert (no preopens, env, args, sockets).
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
-        // ... except that a guest's waits end at its deadline (see `deadline`).
-        deadline::add_to_linker(&mut linker)?;
-        host::add_to_linker(&mut linker)?;
+        let linker = new_linker(&engine, host::add_to_linker)?;
+        let linker_v0_1 = new_linker(&engine, compat::add_to_linker)?;
 
         let stop = Arc::new(AtomicBool::new(false));
         let ticker = {
@@ -213,6 +242,7 @@ impl Runtime {
         Ok(Self {
             engine,
             linker,
+            linker_v0_1,
             config,
             ticker: Some((stop, ticker)),
         })
@@ -222,9 +252,10 @@ impl Runtime {
         &self.engine
     }
 
-    /// Validates and compiles a component; returns the precompiled artifact to cache on disk.
+    /// Validates and compiles a component; returns the precompiled artifact to cache on disk and
+    /// the version of `commerce:plugin` it was built against.
     #[allow(unsafe_code)]
-    pub fn precompile(&self, wasm: &[u8]) -> Result<Vec<u8>, LoadError> {
+    pub fn precompile(&self, wasm: &[u8]) -> Result<(Vec<u8>, &'static str), LoadError> {
         match wasm.get(0..8) {
             Some([0, b'a', b's', b'm', 0x01, 0, 0, 0]) => return Err(LoadError::NotAComponent),
             Some([0, b'a', b's', b'm', 0x0d, 0, 0x01, 0]) => {}
@@ -234,6 +265,16 @@ impl Runtime {
                 ));
             }
         }
+        // What the SDK recorded refuses an unknown version before the costly compilation, and
+        // with the SDK's version in the message.
+        if let Some(built) = built_with(wasm)
+            && !WIT_VERSIONS.contains(&built.wit.as_str())
+        {
+            return Err(LoadError::UnknownVersion {
+                wit: built.wit,
+                sdk: Some(built.sdk),
+            });
+        }
         let bytes = self
             .engine
             .precompile_component(wasm)
@@ -241,8 +282,8 @@ impl Runtime {
         // SAFETY: `bytes` was produced just now by `precompile_component` of this engine.
         let component = unsafe { Component::deserialize(&self.engine, &bytes) }
             .map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
-        self.check_world(&component)?;
-        Ok(bytes)
+        let loaded = self.check_world(&component)?;
+        Ok((bytes, loaded.wit_version()))
     }
 
     /// Loads a precompiled artifact written by [`Runtime::precompile`] (no compilation).
@@ -260,23 +301,38 @@ impl Runtime {
         self.check_world(&component)
     }
 
+    /// Which version of `commerce:plugin` the component was built against (the version of its
+    /// `handler` export), and its ready-to-instantiate form with that version's bindings.
     fn check_world(&self, component: &Component) -> Result<LoadedPlugin, LoadError> {
-        if component.get_export_index(None, HANDLER_EXPORT).is_none() {
-            let exports: Vec<String> = component
-                .component_type()
-                .exports(&self.engine)
-                .map(|(name, _)| name.to_owned())
-                .collect();
+        let exports: Vec<String> = component
+            .component_type()
+            .exports(&self.engine)
+            .map(|(name, _)| name.to_owned())
+            .collect();
+        let Some(version) = exports.iter().find_map(|name| name.strip_prefix(HANDLER)) else {
             return Err(LoadError::WrongWorld(format!(
-                "no export {HANDLER_EXPORT} (exports: [{}])",
+                "no export {HANDLER}<version> (exports: [{}])",
                 exports.join(", ")
             )));
-        }
-        let pre = self
-            .linker
+        };
+        let linker = match version {
+            "0.1.0" => &self.linker_v0_1,
+            "0.2.0" => &self.linker,
+            other => {
+                return Err(LoadError::UnknownVersion {
+                    wit: other.to_owned(),
+                    sdk: None,
+                });
+            }
+        };
+        let pre = linker
             .instantiate_pre(component)
             .map_err(|e| LoadError::UnsupportedImport(format!("{e:#}")))?;
-        let pre = PluginPre::new(pre).map_err(|e| LoadError::WrongWorld(format!("{e:#}")))?;
+        let wrong = |e: wasmtime::Error| LoadError::WrongWorld(format!("{e:#}"));
+        let pre = match version {
+            "0.1.0" => Pre::V0_1(v0_1::PluginPre::new(pre).map_err(wrong)?),
+            _ => Pre::V0_2(v0_2::PluginPre::new(pre).map_err(wrong)?),
+        };
         Ok(LoadedPlugin { pre })
     }
 
@@ -335,23 +391,78 @@ impl Runtime {
         store.epoch_deadline_trap();
 
         // Instantiation runs guest code too (start functions), so its traps are classified.
-        let plugin: Plugin =
-            plugin
-                .pre
+        let instantiated = |e| match classify(e) {
+            Failure::Trap(m) => Failure::Instantiate(m),
+            other => other,
+        };
+        let handled = match &plugin.pre {
+            Pre::V0_2(pre) => pre
                 .instantiate(&mut *store)
-                .map_err(|e| match classify(e) {
-                    Failure::Trap(m) => Failure::Instantiate(m),
-                    other => other,
-                })?;
-        match plugin
-            .commerce_plugin_handler()
-            .call_handle_event(&mut *store, event)
-        {
+                .map_err(instantiated)?
+                .commerce_plugin_handler()
+                .call_handle_event(&mut *store, event),
+            Pre::V0_1(pre) => {
+                let event = compat::event_v0_1(event)
+                    .map_err(|e| Failure::Instantiate(format!("adapting the event: {e:#}")))?;
+                pre.instantiate(&mut *store)
+                    .map_err(instantiated)?
+                    .commerce_plugin_handler()
+                    .call_handle_event(&mut *store, &event)
+            }
+        };
+        match handled {
             Ok(Ok(())) => Ok(()),
             Ok(Err(message)) => Err(Failure::Handler(message)),
             Err(e) => Err(classify(e)),
         }
     }
+}
+
+/// What the guest SDK recorded in a component: its custom section `commerce-plugin`, holding
+/// `{"wit":"<version>","sdk":"<version>"}` (see `commerce_plugin!` in the guest SDK).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BuiltWith {
+    /// The `commerce:plugin` version it targets.
+    pub wit: String,
+    /// The guest SDK's version.
+    pub sdk: String,
+}
+
+/// The custom section the guest SDK writes.
+pub const BUILT_WITH_SECTION: &str = "commerce-plugin";
+
+/// What the guest SDK recorded in `wasm` (a component or a core module), if anything: `None`
+/// for a component built without the SDK, or whose record does not parse. Reads the sections
+/// without validating or compiling anything.
+pub fn built_with(wasm: &[u8]) -> Option<BuiltWith> {
+    for payload in wasmparser::Parser::new(0).parse_all(wasm) {
+        match payload {
+            Ok(wasmparser::Payload::CustomSection(section))
+                if section.name() == BUILT_WITH_SECTION =>
+            {
+                return serde_json::from_slice(section.data()).ok();
+            }
+            Ok(_) => {}
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
+/// A linker with WASI p2 and one version's `commerce:plugin` imports (`add`).
+fn new_linker(
+    engine: &Engine,
+    add: fn(&mut Linker<Invocation>) -> wasmtime::Result<()>,
+) -> wasmtime::Result<Linker<Invocation>> {
+    let mut linker = Linker::new(engine);
+    // WASI p2, sync flavour: Rust's wasip2 std imports wasi:cli/environment,
+    // wasi:cli/exit, wasi:io/*, wasi:clocks/*, wasi:filesystem/*, wasi:random/* even when
+    // unused; the empty WasiCtx makes them inert (no preopens, env, args, sockets).
+    wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+    // ... except that a guest's waits end at its deadline (see `deadline`).
+    deadline::add_to_linker(&mut linker)?;
+    add(&mut linker)?;
+    Ok(linker)
 }
 
 impl Drop for Runtime {

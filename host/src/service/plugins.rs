@@ -10,7 +10,7 @@ use crate::model::scopes::{EventType, Scope};
 use crate::service::notifications::templates::{TemplateSource, validate_templates};
 use crate::service::pagination::{Listing, Page, PageRequest};
 
-fn parse_version(v: &str) -> Option<(u64, u64, u64)> {
+pub fn parse_version(v: &str) -> Option<(u64, u64, u64)> {
     let mut parts = v.split('.').map(|p| {
         if p.is_empty() || (p.len() > 1 && p.starts_with('0')) {
             None

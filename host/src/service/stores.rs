@@ -253,10 +253,7 @@ impl Service {
         let now = self.now();
         self.db.tx(|tx| {
             let key = Installation::key(store_id, id);
-            let mut installation: Installation = tx
-                .read(&key)?
-                .filter(|i: &Installation| i.status == InstallationStatus::Active)
-                .ok_or_else(|| Error::not_found("installation", id))?;
+            let mut installation = active_installation(tx, &key, id)?;
             installation.status = InstallationStatus::Uninstalled;
             installation.uninstalled_at = Some(now);
             tx.write(&key, &installation)?;
@@ -275,6 +272,52 @@ impl Service {
 }
 
 impl Service {
+    /// Moves an installation to its plugin's current version, as `plugin dev` does after each
+    /// publish and an operator does to roll out a fix: the installation's scopes and the events
+    /// its component receives become the new version's (the operator's call is the merchant's
+    /// consent to new scopes), and its token, settings and webhook subscriptions stay. Already
+    /// current: returned unchanged, nothing written. A version whose manifest `webhooks` differ
+    /// from the installed one's is 409 `webhooks_changed`: those subscriptions are made at
+    /// install, so uninstall and install it instead.
+    pub fn upgrade(&self, store_id: &StoreId, id: &InstallationId) -> Result<Installation> {
+        self.store(store_id)?;
+        self.db.tx(|tx| {
+            let key = Installation::key(store_id, id);
+            let mut installation = active_installation(tx, &key, id)?;
+            let current: Plugin = tx
+                .read(&Plugin::key(&installation.plugin))?
+                .ok_or_else(|| Error::not_found("plugin", &installation.plugin))?;
+            if current.version == installation.version {
+                return Ok(installation);
+            }
+            let installed: Option<Plugin> = tx.read(&Plugin::version_key(
+                &installation.plugin,
+                &installation.version,
+            ))?;
+            if installed.is_some_and(|p| p.manifest.webhooks != current.manifest.webhooks) {
+                return Err(Error::Conflict {
+                    code: "webhooks_changed",
+                    message: format!(
+                        "{}@{}'s manifest webhooks differ from the installed {}'s; its subscriptions are made at install: uninstall and install it",
+                        current.name, current.version, installation.version
+                    ),
+                    field: None,
+                });
+            }
+            installation.version = current.version.clone();
+            installation.scopes = current.scopes().into_iter().collect();
+            installation.component_events = match &current.component {
+                Some(_) => crate::service::plugins::parse_events(
+                    "manifest.events",
+                    &current.manifest.events,
+                )?,
+                None => Vec::new(),
+            };
+            tx.write(&key, &installation)?;
+            Ok(installation)
+        })
+    }
+
     /// Replaces the merchant's settings of an installation; fires `plugin.configured` when they
     /// change.
     pub fn configure(
@@ -296,10 +339,7 @@ impl Service {
         let now = self.now();
         self.db.tx(|tx| {
             let key = Installation::key(store_id, id);
-            let mut installation: Installation = tx
-                .read(&key)?
-                .filter(|i: &Installation| i.status == InstallationStatus::Active)
-                .ok_or_else(|| Error::not_found("installation", id))?;
+            let mut installation = active_installation(tx, &key, id)?;
             if installation.settings == settings {
                 return Ok(installation);
             }
@@ -322,4 +362,15 @@ impl Service {
             .installation(actor.store_id(), &actor.installation)?
             .settings)
     }
+}
+
+/// The active installation under `key`, else 404 (an uninstalled one is gone for its callers).
+fn active_installation(
+    tx: &mut crate::storage::Tx<'_>,
+    key: &str,
+    id: &InstallationId,
+) -> Result<Installation> {
+    tx.read::<Installation>(key)?
+        .filter(|i| i.status == InstallationStatus::Active)
+        .ok_or_else(|| Error::not_found("installation", id))
 }

@@ -59,7 +59,7 @@ kept 30 days from the event, then purged."
         webhooks::rotate_secret, webhooks::list_attempts, webhooks::list_deliveries,
         admin::create_store, admin::list_stores, admin::get_store, admin::update_store,
         admin::publish_plugin, admin::list_plugins, admin::get_plugin,
-        admin::install, admin::list_installations, admin::get_installation, admin::uninstall,
+        admin::install, admin::list_installations, admin::get_installation, admin::uninstall, admin::upgrade,
         admin::list_mail,
         notifications::send_notification, notifications::get_notification,
         notifications::list_banners, notifications::dismiss_banner, notifications::list_feed,
