@@ -50,6 +50,9 @@ pub struct Config {
     pub message_poll_interval: std::time::Duration,
     /// How many failed authentications a client address may make (at once, and per second).
     pub auth_failures: crate::service::ratelimit::AuthFailureLimits,
+    /// The host's address as people reach it (links in invitation mails; `Secure` cookies when
+    /// it is `https://`). Default: `http://` and the address it listens on.
+    pub public_url: Option<String>,
 }
 
 impl Config {
@@ -72,6 +75,7 @@ impl Config {
             mail_from: "commerce-host <noreply@commerce-host.invalid>".to_owned(),
             message_poll_interval: std::time::Duration::from_millis(250),
             auth_failures: crate::service::ratelimit::AuthFailureLimits::default(),
+            public_url: None,
         }
     }
 

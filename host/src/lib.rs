@@ -40,6 +40,7 @@ pub fn open_service(config: &Config) -> anyhow::Result<Service> {
             service::mail::MailRoute::Outbox
         },
         auth_failures: config.auth_failures,
+        public_url: config.public_url.clone().unwrap_or_default(),
     };
     service::Service::with_options(db, config.clock.clone(), &admin_token, options)
         .map_err(|e| anyhow::anyhow!("{e:#}"))
@@ -52,6 +53,10 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let mut config = config;
+    if config.public_url.is_none() {
+        config.public_url = Some(format!("http://{}", listener.local_addr()?));
+    }
     let service = open_service(&config)?;
     let plugins = std::sync::Arc::new(plugins::Plugins::new(
         &config.data_dir.join("components"),

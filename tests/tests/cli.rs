@@ -400,6 +400,51 @@ async fn the_demo_seeded_twice_adds_nothing() {
     assert_eq!(second.token, first.token);
     assert_eq!(second.installations, first.installations);
     assert_eq!(snapshot().await, before);
+    // Its owner and developer, with the same passwords the second time; the owner signs in.
+    let roles: Vec<&str> = first.accounts.iter().map(|a| a.role.as_str()).collect();
+    assert_eq!(roles, ["owner", "developer"]);
+    let passwords = |d: &demo::Demo| {
+        d.accounts
+            .iter()
+            .map(|a| a.password.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(passwords(&second), passwords(&first));
+    let owner = &first.accounts[0];
+    let browser = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    let form = browser
+        .get(format!("{}/sign-in", host.base))
+        .send()
+        .await
+        .expect("the sign-in page");
+    let cookie = form
+        .headers()
+        .get("set-cookie")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|c| c.split(';').next())
+        .expect("a form cookie")
+        .to_owned();
+    let csrf = cookie.trim_start_matches("commerce_form=").to_owned();
+    let signed = browser
+        .post(format!("{}/sign-in", host.base))
+        .header("cookie", &cookie)
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("email", &owner.email),
+            ("password", &owner.password),
+        ])
+        .send()
+        .await
+        .expect("signed in");
+    assert_eq!(signed.status(), 303);
+    let text = demo::next_steps(&host.base, &host.data_dir().join("admin-token"), &first);
+    assert!(
+        text.contains(&owner.password) && text.contains("/sign-in"),
+        "{text}"
+    );
     // The demo's paid orders went through the plugins.
     host.eventually("the demo's thank-you emails", || async {
         let page = host

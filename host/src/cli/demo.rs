@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context as _, anyhow};
+use anyhow::{Context as _, anyhow, bail};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -55,6 +55,19 @@ pub struct Demo {
     pub token: String,
     /// Installation ids by plugin name.
     pub installations: Vec<(String, String)>,
+    /// The people who sign in to the pages.
+    pub accounts: Vec<DemoAccount>,
+}
+
+/// A demo account and its password (kept in `<data>/demo-accounts`).
+#[derive(Debug, Clone)]
+pub struct DemoAccount {
+    /// `owner` or `developer`.
+    pub role: String,
+    /// The sign-in address.
+    pub email: String,
+    /// The password.
+    pub password: String,
 }
 
 /// Seeds the host behind `client`: the demo store, the example plugins (components from
@@ -123,11 +136,134 @@ pub async fn seed(
             )
         })?;
     seed_catalogue(client, &store, &token).await?;
+    let accounts_file = token_file.with_file_name("demo-accounts");
+    let accounts = ensure_accounts(client, &store, &accounts_file).await?;
     Ok(Demo {
         store,
         token,
         installations,
+        accounts,
     })
+}
+
+/// The demo's people: the store's owner and a plugin developer.
+const DEMO_ACCOUNTS: [(&str, &str); 2] = [
+    ("owner", "owner@demo.example"),
+    ("developer", "dev@demo.example"),
+];
+
+/// The demo's accounts with their passwords: read from `file` after the first demo, else
+/// invited through the operator API and accepted through their mailed links as a browser would
+/// (the links are in the operator's outbox), then written to `file` (mode 0600).
+async fn ensure_accounts(
+    client: &HostClient,
+    store: &str,
+    file: &Path,
+) -> anyhow::Result<Vec<DemoAccount>> {
+    if let Ok(text) = std::fs::read_to_string(file) {
+        let accounts: Vec<DemoAccount> = text
+            .lines()
+            .filter_map(|line| {
+                let mut parts = line.split_whitespace();
+                Some(DemoAccount {
+                    role: parts.next()?.to_owned(),
+                    email: parts.next()?.to_owned(),
+                    password: parts.next()?.to_owned(),
+                })
+            })
+            .collect();
+        if accounts.len() == DEMO_ACCOUNTS.len() {
+            return Ok(accounts);
+        }
+    }
+    let browser = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()?;
+    let mut accounts = Vec::new();
+    for (role, email) in DEMO_ACCOUNTS {
+        let path = match role {
+            "owner" => format!("/admin/v1/stores/{store}/invitations"),
+            _ => "/admin/v1/developer-invitations".to_owned(),
+        };
+        client
+            .admin(Method::POST, &path, Some(&json!({ "email": email })))
+            .await
+            .with_context(|| {
+                format!(
+                    "inviting {email} (if the demo's accounts exist but {} is gone, start over with a new data folder)",
+                    file.display()
+                )
+            })?;
+        let mail = all(client, "/admin/v1/mail").await?;
+        let body = mail
+            .iter()
+            .rev()
+            .find(|m| m["to"] == email)
+            .and_then(|m| m["body"].as_str())
+            .ok_or_else(|| anyhow!("the invitation of {email} is not in the outbox"))?;
+        let link = body
+            .split_whitespace()
+            .find(|w| w.contains("/invitations/"))
+            .ok_or_else(|| anyhow!("no link in the invitation of {email}"))?;
+        let password = crate::service::auth::new_token()
+            .chars()
+            .rev()
+            .take(16)
+            .collect::<String>();
+        accept(&browser, link, &password).await?;
+        accounts.push(DemoAccount {
+            role: role.to_owned(),
+            email: email.to_owned(),
+            password,
+        });
+    }
+    let text: String = accounts
+        .iter()
+        .map(|a| format!("{} {} {}\n", a.role, a.email, a.password))
+        .collect();
+    crate::config::write_private(file, &text)
+        .with_context(|| format!("writing {}", file.display()))?;
+    Ok(accounts)
+}
+
+/// Opens an invitation `link` and sets `password`, as a browser does.
+async fn accept(browser: &reqwest::Client, link: &str, password: &str) -> anyhow::Result<()> {
+    let form = browser.get(link).send().await?;
+    let cookie = form
+        .headers()
+        .get_all(reqwest::header::SET_COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|c| {
+            c.split(';')
+                .next()
+                .filter(|p| p.starts_with("commerce_form="))
+        })
+        .map(str::to_owned)
+        .ok_or_else(|| anyhow!("the invitation page set no form cookie"))?;
+    let page = form.text().await?;
+    let marker = r#"name="csrf" value=""#;
+    let csrf = page
+        .split_once(marker)
+        .and_then(|(_, rest)| rest.split('"').next())
+        .ok_or_else(|| anyhow!("the invitation page has no form token"))?;
+    let answer = browser
+        .post(link)
+        .header(reqwest::header::COOKIE, cookie)
+        .form(&[
+            ("csrf", csrf),
+            ("password", password),
+            ("confirm", password),
+        ])
+        .send()
+        .await?;
+    if !answer.status().is_success() {
+        bail!(
+            "setting the password at {link} answered {}",
+            answer.status()
+        );
+    }
+    Ok(())
 }
 
 async fn ensure_store(client: &HostClient) -> anyhow::Result<String> {
@@ -247,6 +383,9 @@ pub fn next_steps(base: &str, admin_token_path: &Path, demo: &Demo) -> String {
 The demo store {DOMAIN} is {store}, with products, customers, orders and the example plugins
 {examples} installed.
 
+Open {base}/sign-in and sign in (the passwords are also in the data folder, demo-accounts):
+{accounts}
+
 Project token of the demo's "shop" plugin (all scopes): {token}
 
 Try:
@@ -271,6 +410,12 @@ Try:
   commerce-host plugin logs --host {base} --store {store} --installation <inst_… below>
 {installations}"#,
         examples = EXAMPLES.join(", "),
+        accounts = demo
+            .accounts
+            .iter()
+            .map(|a| format!("    {:<9}  {}  {}", a.role, a.email, a.password))
+            .collect::<Vec<_>>()
+            .join("\n"),
         admin = admin_token_path.display(),
         installations = demo
             .installations

@@ -91,6 +91,11 @@ struct ServeArgs {
     /// Sender of the host's own mail.
     #[arg(long, env = "COMMERCE_HOST_MAIL_FROM")]
     mail_from: Option<String>,
+    /// The host's address as people reach it (`https://host.example`): links in invitation
+    /// mails start with it, and sign-in cookies are `Secure` when it is `https://`. Default:
+    /// `http://` and the listening address.
+    #[arg(long, env = "COMMERCE_HOST_PUBLIC_URL")]
+    public_url: Option<String>,
     /// Distinct plugin components kept loaded at most (plugins with identical compiled bytes
     /// share one); the least recently used are let go and loaded again on their next event.
     #[arg(
@@ -157,6 +162,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(from) = args.mail_from {
         config.mail_from = from;
     }
+    config.public_url = args.public_url.filter(|u| !u.trim().is_empty());
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;

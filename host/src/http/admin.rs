@@ -53,6 +53,8 @@ pub fn router() -> Router<AppState> {
         )
         .route("/stores/{store_id}/events", get(list_events))
         .route("/mail", get(list_mail))
+        .route("/stores/{store_id}/invitations", post(invite_owner))
+        .route("/developer-invitations", post(invite_developer))
         .route(
             "/stores/{store_id}/installations/{id}/resume",
             post(resume_component),
@@ -66,6 +68,9 @@ pub fn router() -> Router<AppState> {
             get(component_attempts),
         )
 }
+
+use crate::model::account::{Invitation, Inviter, Role};
+use crate::service::accounts::InvitationBody;
 
 /// Body of `POST /admin/v1/stores`.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -291,6 +296,44 @@ pub async fn upgrade(
     let store: StoreId = path_id("store", &store_id)?;
     let id: InstallationId = path_id("installation", &id)?;
     Ok(axum::Json(app.service.upgrade(&store, &id)?))
+}
+
+/// Invite the owner of a store: the invitation mail, with a one-time link to choose a password
+/// (valid 7 days), goes through the host's mail (the operator's outbox, `GET /admin/v1/mail`,
+/// without an SMTP server). The link's token is only in the mail. An owner invites the store's
+/// staff from its pages.
+#[utoipa::path(post, path = "/admin/v1/stores/{store_id}/invitations", tag = "operator",
+    params(("store_id" = String, Path, description = "Store id")),
+    request_body = InvitationBody, security(("admin_token" = [])),
+    responses((status = 201, body = Invitation), (status = 400, body = ErrorResponse),
+        (status = 401, body = ErrorResponse), (status = 404, description = "no such store", body = ErrorResponse),
+        (status = 409, description = "the address has an account", body = ErrorResponse)))]
+pub async fn invite_owner(
+    State(app): State<AppState>,
+    Path(store_id): Path<String>,
+    Json(body): Json<InvitationBody>,
+) -> Result<(StatusCode, axum::Json<Invitation>)> {
+    let store: StoreId = path_id("store", &store_id)?;
+    let invitation =
+        app.service
+            .invite(&Inviter::Operator, &body.email, Role::Owner, Some(&store))?;
+    Ok((StatusCode::CREATED, axum::Json(invitation)))
+}
+
+/// Invite a plugin developer, as for an owner (the link by mail, valid 7 days).
+#[utoipa::path(post, path = "/admin/v1/developer-invitations", tag = "operator",
+    request_body = InvitationBody, security(("admin_token" = [])),
+    responses((status = 201, body = Invitation), (status = 400, body = ErrorResponse),
+        (status = 401, body = ErrorResponse),
+        (status = 409, description = "the address has an account", body = ErrorResponse)))]
+pub async fn invite_developer(
+    State(app): State<AppState>,
+    Json(body): Json<InvitationBody>,
+) -> Result<(StatusCode, axum::Json<Invitation>)> {
+    let invitation = app
+        .service
+        .invite(&Inviter::Operator, &body.email, Role::Developer, None)?;
+    Ok((StatusCode::CREATED, axum::Json(invitation)))
 }
 
 /// Confirm a payment, as the payment gateway does: the open order becomes `paid` and `order.paid`

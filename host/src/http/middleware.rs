@@ -108,7 +108,12 @@ pub async fn request_context(
         duration_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
         "request finished"
     );
-    if status.is_client_error() || status.is_server_error() {
+    // A page renders its own errors (HTML); everything else gets the error object.
+    let page = response
+        .extensions()
+        .get::<super::pages::Rendered>()
+        .is_some();
+    if (status.is_client_error() || status.is_server_error()) && !page {
         let body = match response.extensions_mut().remove::<ErrorBody>() {
             Some(body) => body,
             None => fallback_body(status, &method, uri.path()),

@@ -11,6 +11,7 @@ pub mod middleware;
 pub mod notifications;
 pub mod openapi;
 pub mod orders;
+pub mod pages;
 pub mod products;
 pub mod serve;
 mod strict;
@@ -99,6 +100,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .nest("/v1", v1)
         .nest("/admin/v1", admin)
+        .merge(pages::router())
         .merge(health::router())
         .merge(metrics::router())
         // Every matched route notes its template for the request metrics.

@@ -113,6 +113,10 @@ prefixed_id!(
     InstallationId, "inst"
 );
 prefixed_id!(
+    /// Someone who signs in: a store's owner or staff member, or a plugin developer.
+    AccountId, "acct"
+);
+prefixed_id!(
     /// One HTTP request (or one host-function call), for support and logs.
     RequestId, "req"
 );

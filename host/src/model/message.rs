@@ -195,6 +195,14 @@ pub struct FeedCard {
     #[serde(with = "crate::model::clock::api_ts")]
     #[schema(value_type = String)]
     pub created_at: Timestamp,
+    /// When the merchant dismissed it (it then leaves the feed page; the API still lists it).
+    #[serde(
+        default,
+        with = "crate::model::clock::api_ts::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<String>)]
+    pub dismissed_at: Option<Timestamp>,
 }
 
 impl FeedCard {

@@ -7,6 +7,7 @@
 //! types; this layer imports nothing else of the crate (storage, the service layer and the
 //! adapters sit above it).
 
+pub mod account;
 pub mod clock;
 pub mod customer;
 pub mod delivery;

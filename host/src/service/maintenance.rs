@@ -29,6 +29,8 @@ pub struct Purged {
     pub outbound: crate::service::notifications::retention::OutboundPurged,
     /// The host's mail past [`MAIL_RETENTION`].
     pub mail: usize,
+    /// Sessions and invitations that ended.
+    pub sessions_and_invitations: usize,
 }
 
 /// What [`sweep`] does with a record.
@@ -102,6 +104,7 @@ impl Service {
             Ok(())
         })?;
         purged.mail = self.purge_mail(now, MAIL_RETENTION)?;
+        purged.sessions_and_invitations = self.purge_accounts(now)?;
         Ok(purged)
     }
 

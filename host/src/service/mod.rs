@@ -4,6 +4,7 @@
 //! takes an [`Actor`] (the store, installation and scopes of the caller) and checks scope,
 //! validation and state rules before it has any effect.
 
+pub mod accounts;
 pub mod auth;
 pub mod auth_cache;
 pub mod components;
@@ -73,6 +74,8 @@ pub struct Inner {
     admin_token_hash: [u8; 32],
     /// How the host sends its own mail.
     pub mail_route: mail::MailRoute,
+    /// The host's address as people reach it (links in invitation mails), without a trailing `/`.
+    pub public_url: String,
     /// This host's metrics registry (`GET /metrics`).
     pub metrics: crate::metrics::Metrics,
 }
@@ -88,6 +91,9 @@ pub struct Options {
     pub mail_route: mail::MailRoute,
     /// How many failed authentications a client address may make.
     pub auth_failures: ratelimit::AuthFailureLimits,
+    /// The host's address as people reach it (`https://shop-host.example`); links in mails
+    /// start with it. Empty: `http://127.0.0.1:8080`.
+    pub public_url: String,
 }
 
 impl Deref for Service {
@@ -152,6 +158,11 @@ impl Service {
                 cursors: pagination::Cursors::new(key),
                 admin_token_hash: auth::hash_token(admin_token),
                 mail_route: options.mail_route,
+                public_url: if options.public_url.is_empty() {
+                    "http://127.0.0.1:8080".to_owned()
+                } else {
+                    options.public_url.trim_end_matches('/').to_owned()
+                },
                 metrics: crate::metrics::Metrics::new(),
             }),
         })

@@ -60,7 +60,7 @@ kept 30 days from the event, then purged."
         admin::create_store, admin::list_stores, admin::get_store, admin::update_store,
         admin::publish_plugin, admin::list_plugins, admin::get_plugin,
         admin::install, admin::list_installations, admin::get_installation, admin::uninstall, admin::upgrade,
-        admin::list_mail,
+        admin::list_mail, admin::invite_owner, admin::invite_developer,
         notifications::send_notification, notifications::get_notification,
         notifications::list_banners, notifications::dismiss_banner, notifications::list_feed,
         notifications::list_outbox, notifications::list_messages, notifications::get_message,

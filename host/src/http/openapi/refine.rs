@@ -194,6 +194,15 @@ fn rule(name: &str, property: &str) -> Map<String, Value> {
         m.insert("maximum".into(), json!(MAX_AMOUNT));
         m
     };
+    if name == "InvitationBody" && property == "email" {
+        // `service::plugins::validate_email`: one `@`, no spaces, a dotted domain.
+        let mut m = Map::new();
+        m.insert(
+            "pattern".into(),
+            json!("^[^\\s@]+@[^\\s@.][^\\s@]*\\.[^\\s@]*[^\\s@.]$"),
+        );
+        return m;
+    }
     match property {
         "title" if name.contains("Product") || name.contains("LineItem") => text(1, 255),
         "title" | "vendor" | "first_name" | "last_name" | "reason" | "carrier"

@@ -70,6 +70,39 @@ impl Service {
         .page(&self.db, &self.cursors, page, |_| true)
     }
 
+    /// The merchant dismisses a feed card: it leaves the feed page. Dismissing it again changes
+    /// nothing.
+    pub fn dismiss_feed_card(&self, store: &StoreId, id: &MessageId) -> Result<FeedCard> {
+        self.store(store)?;
+        let now = self.now();
+        self.db.tx(|tx| {
+            let key = FeedCard::key(store, id);
+            let mut card: FeedCard = tx
+                .read(&key)?
+                .ok_or_else(|| Error::not_found("feed card", id))?;
+            if card.dismissed_at.is_none() {
+                card.dismissed_at = Some(now);
+                tx.write(&key, &card)?;
+            }
+            Ok(card)
+        })
+    }
+
+    /// The feed the merchant's home page shows: cards not dismissed, newest first.
+    pub fn open_feed(&self, store: &StoreId, page: &PageRequest) -> Result<Page<FeedCard>> {
+        self.store(store)?;
+        let prefix = format!("feed/{store}/");
+        let list_id = format!("{prefix}open");
+        Listing {
+            prefix: &prefix,
+            list_id: &list_id,
+            newest_first: true,
+        }
+        .page(&self.db, &self.cursors, page, |c: &FeedCard| {
+            c.dismissed_at.is_none()
+        })
+    }
+
     /// A store's messages, newest first, with their resolved address, content and delivery state
     /// (operator API). The outbox is `status=outbox`.
     pub fn messages(

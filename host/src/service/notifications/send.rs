@@ -188,6 +188,7 @@ impl Service {
             body: input.body,
             primary: input.primary,
             created_at: now,
+            dismissed_at: None,
         };
         let message = self.record(actor, &id, Channel::Feed, MessageStatus::Shown, now);
         self.db.tx(|tx| {

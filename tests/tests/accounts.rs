@@ -1,0 +1,535 @@
+//! Accounts and the merchant's pages over plain HTTP, as a browser without JavaScript uses them:
+//! an invitation mailed through the host's mail path, choosing a password, signing in (limited
+//! per address), the feed page with its banners, dismissing, CSRF on every form, another
+//! store's staff kept out, signing out.
+
+use commerce_host_tests::{ALL_SCOPES, TestHost};
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+
+/// A browser: a client that does not follow redirects and keeps the cookies it was given.
+struct Browser {
+    http: reqwest::Client,
+    base: String,
+    cookies: std::collections::BTreeMap<String, String>,
+}
+
+/// What a page request answered.
+struct Page {
+    status: StatusCode,
+    location: Option<String>,
+    set_cookies: Vec<String>,
+    body: String,
+}
+
+impl Page {
+    /// The value of the hidden `csrf` field of the page's (first) form.
+    fn csrf(&self) -> String {
+        let at = self
+            .body
+            .find(r#"name="csrf" value=""#)
+            .unwrap_or_else(|| panic!("no csrf field in:\n{}", self.body));
+        let rest = &self.body[at + r#"name="csrf" value=""#.len()..];
+        rest[..rest.find('"').expect("closing quote")].to_owned()
+    }
+}
+
+impl Browser {
+    fn new(host: &TestHost) -> Self {
+        Self {
+            http: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .expect("client"),
+            base: host.base.clone(),
+            cookies: Default::default(),
+        }
+    }
+
+    async fn request(&mut self, method: Method, path: &str, form: Option<&[(&str, &str)]>) -> Page {
+        let url = if path.starts_with("http") {
+            path.to_owned()
+        } else {
+            format!("{}{path}", self.base)
+        };
+        let mut req = self.http.request(method, url);
+        if !self.cookies.is_empty() {
+            let header: Vec<String> = self
+                .cookies
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            req = req.header("cookie", header.join("; "));
+        }
+        if let Some(form) = form {
+            let body: String = form_urlencoded::Serializer::new(String::new())
+                .extend_pairs(form)
+                .finish();
+            req = req
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(body);
+        }
+        let response = req.send().await.expect("the host answers");
+        let status = response.status();
+        let location = response
+            .headers()
+            .get("location")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let set_cookies: Vec<String> = response
+            .headers()
+            .get_all("set-cookie")
+            .iter()
+            .filter_map(|v| v.to_str().ok().map(str::to_owned))
+            .collect();
+        for cookie in &set_cookies {
+            let pair = cookie.split(';').next().unwrap_or_default();
+            if let Some((name, value)) = pair.split_once('=') {
+                if value.is_empty() {
+                    self.cookies.remove(name);
+                } else {
+                    self.cookies.insert(name.to_owned(), value.to_owned());
+                }
+            }
+        }
+        let body = response.text().await.unwrap_or_default();
+        Page {
+            status,
+            location,
+            set_cookies,
+            body,
+        }
+    }
+
+    async fn get(&mut self, path: &str) -> Page {
+        self.request(Method::GET, path, None).await
+    }
+
+    async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> Page {
+        self.request(Method::POST, path, Some(form)).await
+    }
+}
+
+/// The invitation link mailed to `email` (the operator's outbox: no SMTP server is set).
+async fn invitation_link(host: &TestHost, email: &str) -> String {
+    let mail = host
+        .admin(Method::GET, "/admin/v1/mail?limit=250", None)
+        .await
+        .expect(200);
+    let body = mail.body["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|m| m["to"] == email)
+        .unwrap_or_else(|| panic!("no mail to {email}: {}", mail.body))["body"]
+        .as_str()
+        .expect("a body")
+        .to_owned();
+    let at = body.find("http").expect("a link in the mail");
+    body[at..]
+        .split_whitespace()
+        .next()
+        .expect("the link")
+        .to_owned()
+}
+
+/// Invites `email` as the owner of `store`, accepts with `password` and signs in.
+async fn owner_signed_in(host: &TestHost, store: &str, email: &str, password: &str) -> Browser {
+    host.admin(
+        Method::POST,
+        &format!("/admin/v1/stores/{store}/invitations"),
+        Some(json!({"email": email})),
+    )
+    .await
+    .expect(201);
+    let link = invitation_link(host, email).await;
+    let mut browser = Browser::new(host);
+    let form = browser.get(&link).await;
+    let csrf = form.csrf();
+    let done = browser
+        .post(
+            &link,
+            &[
+                ("csrf", &csrf),
+                ("password", password),
+                ("confirm", password),
+            ],
+        )
+        .await;
+    assert_eq!(done.status, StatusCode::OK, "{}", done.body);
+    let signed = browser
+        .post(
+            "/sign-in",
+            &[("csrf", &csrf), ("email", email), ("password", password)],
+        )
+        .await;
+    assert_eq!(signed.status, StatusCode::SEE_OTHER, "{}", signed.body);
+    browser
+}
+
+#[tokio::test]
+async fn an_owner_is_invited_signs_in_sees_and_dismisses_banners_and_cards() {
+    let host = TestHost::start().await;
+    let store = host.create_store("owned.example").await;
+    host.publish("shop", &ALL_SCOPES).await;
+    let (_, token) = host.install(&store, "shop").await;
+
+    // The operator invites; the mail carries a one-time link to the host's public address.
+    let invited = host
+        .admin(
+            Method::POST,
+            &format!("/admin/v1/stores/{store}/invitations"),
+            Some(json!({"email": "Ada@Owned.example"})),
+        )
+        .await
+        .expect(201);
+    assert_eq!(invited.body["email"], "ada@owned.example");
+    assert_eq!(invited.body["role"], "owner");
+    assert!(
+        invited.body.get("token").is_none(),
+        "the token is only in the mail"
+    );
+    let link = invitation_link(&host, "ada@owned.example").await;
+    assert!(
+        link.starts_with(&format!("{}/invitations/", host.base)),
+        "{link}"
+    );
+
+    let mut ada = Browser::new(&host);
+    let form = ada.get(&link).await;
+    assert_eq!(form.status, StatusCode::OK);
+    assert!(
+        form.body.contains("owner of owned.example"),
+        "{}",
+        form.body
+    );
+    let form_cookie = form
+        .set_cookies
+        .iter()
+        .find(|c| c.starts_with("commerce_form="))
+        .expect("a form cookie");
+    assert!(
+        form_cookie.contains("HttpOnly") && form_cookie.contains("SameSite=Lax"),
+        "{form_cookie}"
+    );
+    let csrf = form.csrf();
+
+    // The form is checked: its token, the two passwords, the password's length.
+    let forged = ada
+        .post(
+            &link,
+            &[("password", "correct horse"), ("confirm", "correct horse")],
+        )
+        .await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN, "{}", forged.body);
+    let differ = ada
+        .post(
+            &link,
+            &[
+                ("csrf", &csrf),
+                ("password", "correct horse"),
+                ("confirm", "correct house"),
+            ],
+        )
+        .await;
+    assert_eq!(differ.status, StatusCode::BAD_REQUEST);
+    assert!(differ.body.contains("differ"), "{}", differ.body);
+    let short = ada
+        .post(
+            &link,
+            &[("csrf", &csrf), ("password", "short"), ("confirm", "short")],
+        )
+        .await;
+    assert_eq!(short.status, StatusCode::BAD_REQUEST);
+    assert!(
+        short.body.contains("10 to 128 characters"),
+        "{}",
+        short.body
+    );
+    let accepted = ada
+        .post(
+            &link,
+            &[
+                ("csrf", &csrf),
+                ("password", "correct horse"),
+                ("confirm", "correct horse"),
+            ],
+        )
+        .await;
+    assert_eq!(accepted.status, StatusCode::OK, "{}", accepted.body);
+    assert!(
+        accepted.body.contains("Your password is set"),
+        "{}",
+        accepted.body
+    );
+    // The link worked once.
+    assert_eq!(ada.get(&link).await.status, StatusCode::NOT_FOUND);
+    host.admin(
+        Method::POST,
+        &format!("/admin/v1/stores/{store}/invitations"),
+        Some(json!({"email": "ada@owned.example"})),
+    )
+    .await
+    .assert_error(409, "account_exists");
+
+    // Signing in: the form's token, then the password.
+    let forged = ada
+        .post(
+            "/sign-in",
+            &[
+                ("email", "ada@owned.example"),
+                ("password", "correct horse"),
+            ],
+        )
+        .await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN);
+    let wrong = ada
+        .post(
+            "/sign-in",
+            &[
+                ("csrf", &csrf),
+                ("email", "ada@owned.example"),
+                ("password", "wrong horse!"),
+            ],
+        )
+        .await;
+    assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
+    assert!(
+        wrong
+            .body
+            .contains("the email address or the password is wrong"),
+        "{}",
+        wrong.body
+    );
+    let signed = ada
+        .post(
+            "/sign-in",
+            &[
+                ("csrf", &csrf),
+                ("email", "ADA@owned.example"),
+                ("password", "correct horse"),
+            ],
+        )
+        .await;
+    assert_eq!(signed.status, StatusCode::SEE_OTHER, "{}", signed.body);
+    let session = signed
+        .set_cookies
+        .iter()
+        .find(|c| c.starts_with("commerce_session="))
+        .expect("a session cookie");
+    assert!(
+        session.contains("HttpOnly") && session.contains("SameSite=Lax"),
+        "{session}"
+    );
+    assert!(
+        !session.contains("Secure"),
+        "an http host sets no Secure cookie: {session}"
+    );
+    let home = ada.get("/").await;
+    assert_eq!(
+        home.location.as_deref(),
+        Some(format!("/stores/{store}").as_str())
+    );
+
+    // A banner and a feed card from the store's plugin.
+    host.call(
+        &token,
+        Method::POST,
+        "/v1/notifications",
+        Some(json!({"channel": "banner", "banner": {"tone": "warn", "title": "Mug is running low",
+            "body": "3 left.", "ttl_hours": 24,
+            "ctas": [{"label": "Restock", "href": "/products/x"}, {"label": "Got it", "dismiss": true}]}})),
+    )
+    .await
+    .expect(202);
+    host.call(
+        &token,
+        Method::POST,
+        "/v1/notifications",
+        Some(json!({"channel": "feed", "card": {"kind": "suggestion", "title": "Bundle mugs with tea",
+            "body": "Customers who buy mugs buy tea.", "primary": {"label": "Create bundle", "href": "/products/new"}}})),
+    )
+    .await
+    .expect(202);
+    let feed = ada.get(&format!("/stores/{store}")).await;
+    assert_eq!(feed.status, StatusCode::OK, "{}", feed.body);
+    for part in [
+        "Mug is running low",
+        "tone-warn",
+        "Restock",
+        "Got it",
+        "Bundle mugs with tea",
+        "Create bundle",
+        "from shop",
+        "owned.example",
+        "ada@owned.example",
+    ] {
+        assert!(
+            feed.body.contains(part),
+            "{part:?} on the feed page:\n{}",
+            feed.body
+        );
+    }
+    let banner_id = {
+        let at = feed.body.find("id=\"banner-").expect("a banner") + "id=\"banner-".len();
+        feed.body[at..at + feed.body[at..].find('"').expect("quote")].to_owned()
+    };
+    let card_id = {
+        let at = feed.body.find("id=\"card-").expect("a card") + "id=\"card-".len();
+        feed.body[at..at + feed.body[at..].find('"').expect("quote")].to_owned()
+    };
+
+    // Dismissing needs the session's token.
+    let csrf = feed.csrf();
+    let forged = ada
+        .post(
+            &format!("/stores/{store}/banners/{banner_id}/dismiss"),
+            &[("csrf", "not-it")],
+        )
+        .await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN);
+    let dismissed = ada
+        .post(
+            &format!("/stores/{store}/banners/{banner_id}/dismiss"),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(dismissed.status, StatusCode::SEE_OTHER);
+    let dismissed = ada
+        .post(
+            &format!("/stores/{store}/feed/{card_id}/dismiss"),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(dismissed.status, StatusCode::SEE_OTHER);
+    let feed = ada.get(&format!("/stores/{store}")).await;
+    assert!(!feed.body.contains("Mug is running low"), "{}", feed.body);
+    assert!(!feed.body.contains("Bundle mugs with tea"), "{}", feed.body);
+    assert!(
+        feed.body.contains("Nothing to decide right now"),
+        "{}",
+        feed.body
+    );
+    // The API sees the same: the banner is no longer active, the card is marked dismissed.
+    let banners = host
+        .admin(
+            Method::GET,
+            &format!("/admin/v1/stores/{store}/banners"),
+            None,
+        )
+        .await
+        .expect(200);
+    assert_eq!(banners.body["data"], json!([]), "{}", banners.body);
+    let cards = host
+        .admin(Method::GET, &format!("/admin/v1/stores/{store}/feed"), None)
+        .await
+        .expect(200);
+    assert!(
+        cards.body["data"][0]["dismissed_at"].is_string(),
+        "{}",
+        cards.body
+    );
+
+    // Signing out ends the session.
+    let out = ada.post("/sign-out", &[("csrf", &csrf)]).await;
+    assert_eq!(out.location.as_deref(), Some("/sign-in"));
+    let after = ada.get(&format!("/stores/{store}")).await;
+    assert_eq!(after.location.as_deref(), Some("/sign-in"));
+}
+
+#[tokio::test]
+async fn another_stores_staff_get_404_for_every_page_of_this_one() {
+    let host = TestHost::start().await;
+    let mine = host.create_store("mine.example").await;
+    let theirs = host.create_store("theirs.example").await;
+    let mut ada = owner_signed_in(&host, &mine, "ada@mine.example", "correct horse").await;
+    let mut bob = owner_signed_in(&host, &theirs, "bob@theirs.example", "battery staple").await;
+    assert_eq!(
+        ada.get(&format!("/stores/{mine}")).await.status,
+        StatusCode::OK
+    );
+    let bob_feed = bob.get(&format!("/stores/{theirs}")).await;
+    let bob_csrf = bob_feed.csrf();
+
+    for path in [
+        format!("/stores/{mine}"),
+        "/stores/store_01JAAAAAAAAAAAAAAAAAAAAAAA".to_owned(),
+        "/stores/not-an-id".to_owned(),
+    ] {
+        let page = bob.get(&path).await;
+        assert_eq!(page.status, StatusCode::NOT_FOUND, "{path}: {}", page.body);
+        assert!(page.body.contains("There is no such page"), "{}", page.body);
+    }
+    for path in [
+        format!("/stores/{mine}/banners/msg_01JAAAAAAAAAAAAAAAAAAAAAAA/dismiss"),
+        format!("/stores/{mine}/feed/msg_01JAAAAAAAAAAAAAAAAAAAAAAA/dismiss"),
+    ] {
+        let page = bob.post(&path, &[("csrf", &bob_csrf)]).await;
+        assert_eq!(page.status, StatusCode::NOT_FOUND, "{path}");
+    }
+    // Signed out, a store page asks to sign in (and says nothing of the store).
+    let mut nobody = Browser::new(&host);
+    let page = nobody.get(&format!("/stores/{mine}")).await;
+    assert_eq!(page.location.as_deref(), Some("/sign-in"));
+}
+
+#[tokio::test]
+async fn sign_in_failures_are_limited_per_address() {
+    let host = TestHost::start_configured(|config| {
+        config.auth_failures = commerce_host::service::ratelimit::AuthFailureLimits {
+            burst: 3,
+            per_second: 1,
+        };
+    })
+    .await;
+    let store = host.create_store("limited.example").await;
+    owner_signed_in(&host, &store, "ada@limited.example", "correct horse").await;
+    host.admin(
+        Method::POST,
+        "/admin/v1/developer-invitations",
+        Some(json!({"email": "dev@tools.example"})),
+    )
+    .await
+    .expect(201);
+    host.admin(
+        Method::POST,
+        "/admin/v1/developer-invitations",
+        Some(json!({"email": "not an address"})),
+    )
+    .await
+    .assert_error(400, "validation_failed");
+    let mut ada = Browser::new(&host);
+    let csrf = ada.get("/sign-in").await.csrf();
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        let page = ada
+            .post(
+                "/sign-in",
+                &[
+                    ("csrf", &csrf),
+                    ("email", "ada@limited.example"),
+                    ("password", "guess guess"),
+                ],
+            )
+            .await;
+        statuses.push(page.status.as_u16());
+    }
+    assert_eq!(statuses, [401, 401, 401, 429]);
+    // While limited, even the right password waits.
+    let right = ada
+        .post(
+            "/sign-in",
+            &[
+                ("csrf", &csrf),
+                ("email", "ada@limited.example"),
+                ("password", "correct horse"),
+            ],
+        )
+        .await;
+    assert_eq!(right.status, StatusCode::TOO_MANY_REQUESTS);
+
+    // The limit is the address's, whatever it authenticates with: the operator API waits too.
+    host.admin(Method::GET, "/admin/v1/stores", None)
+        .await
+        .assert_error(429, "rate_limited");
+}
