@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod components;
+pub mod pages;
 pub mod receiver;
 pub mod smtp;
 
@@ -391,6 +392,25 @@ impl TestHost {
             Some(json!({ "amount": order["total"], "currency": order["currency"] })),
         )
         .await
+    }
+
+    /// Moves the clock on a day at a time until the retries of the subscription's delivery of
+    /// `event` ran out (its receiver keeps failing) and it is `failed`; the subscription is then
+    /// paused. Returns the delivery.
+    pub async fn exhaust_delivery(&self, token: &str, webhook: &str, event: &str) -> Value {
+        let path = format!("/v1/webhooks/{webhook}/deliveries?status=failed&limit=250");
+        for _ in 0..200 {
+            let failed = self.call(token, Method::GET, &path, None).await.expect(200);
+            if let Some(d) = failed.body["data"]
+                .as_array()
+                .and_then(|all| all.iter().find(|d| d["event_id"] == event))
+            {
+                return d.clone();
+            }
+            self.clock.advance(jiff::SignedDuration::from_hours(25));
+            tokio::time::sleep(std::time::Duration::from_millis(40)).await;
+        }
+        panic!("the delivery of {event} to {webhook} never failed");
     }
 
     /// Polls `check` until it returns `Some`, for up to 10 s of real time.

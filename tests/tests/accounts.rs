@@ -3,169 +3,10 @@
 //! per address), the feed page with its banners, dismissing, CSRF on every form, another
 //! store's staff kept out, signing out.
 
+use commerce_host_tests::pages::{Browser, invitation_link, owner_signed_in};
 use commerce_host_tests::{ALL_SCOPES, TestHost};
 use reqwest::{Method, StatusCode};
 use serde_json::json;
-
-/// A browser: a client that does not follow redirects and keeps the cookies it was given.
-struct Browser {
-    http: reqwest::Client,
-    base: String,
-    cookies: std::collections::BTreeMap<String, String>,
-}
-
-/// What a page request answered.
-struct Page {
-    status: StatusCode,
-    location: Option<String>,
-    set_cookies: Vec<String>,
-    body: String,
-}
-
-impl Page {
-    /// The value of the hidden `csrf` field of the page's (first) form.
-    fn csrf(&self) -> String {
-        let at = self
-            .body
-            .find(r#"name="csrf" value=""#)
-            .unwrap_or_else(|| panic!("no csrf field in:\n{}", self.body));
-        let rest = &self.body[at + r#"name="csrf" value=""#.len()..];
-        rest[..rest.find('"').expect("closing quote")].to_owned()
-    }
-}
-
-impl Browser {
-    fn new(host: &TestHost) -> Self {
-        Self {
-            http: reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .expect("client"),
-            base: host.base.clone(),
-            cookies: Default::default(),
-        }
-    }
-
-    async fn request(&mut self, method: Method, path: &str, form: Option<&[(&str, &str)]>) -> Page {
-        let url = if path.starts_with("http") {
-            path.to_owned()
-        } else {
-            format!("{}{path}", self.base)
-        };
-        let mut req = self.http.request(method, url);
-        if !self.cookies.is_empty() {
-            let header: Vec<String> = self
-                .cookies
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect();
-            req = req.header("cookie", header.join("; "));
-        }
-        if let Some(form) = form {
-            let body: String = form_urlencoded::Serializer::new(String::new())
-                .extend_pairs(form)
-                .finish();
-            req = req
-                .header("content-type", "application/x-www-form-urlencoded")
-                .body(body);
-        }
-        let response = req.send().await.expect("the host answers");
-        let status = response.status();
-        let location = response
-            .headers()
-            .get("location")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let set_cookies: Vec<String> = response
-            .headers()
-            .get_all("set-cookie")
-            .iter()
-            .filter_map(|v| v.to_str().ok().map(str::to_owned))
-            .collect();
-        for cookie in &set_cookies {
-            let pair = cookie.split(';').next().unwrap_or_default();
-            if let Some((name, value)) = pair.split_once('=') {
-                if value.is_empty() {
-                    self.cookies.remove(name);
-                } else {
-                    self.cookies.insert(name.to_owned(), value.to_owned());
-                }
-            }
-        }
-        let body = response.text().await.unwrap_or_default();
-        Page {
-            status,
-            location,
-            set_cookies,
-            body,
-        }
-    }
-
-    async fn get(&mut self, path: &str) -> Page {
-        self.request(Method::GET, path, None).await
-    }
-
-    async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> Page {
-        self.request(Method::POST, path, Some(form)).await
-    }
-}
-
-/// The invitation link mailed to `email` (the operator's outbox: no SMTP server is set).
-async fn invitation_link(host: &TestHost, email: &str) -> String {
-    let mail = host
-        .admin(Method::GET, "/admin/v1/mail?limit=250", None)
-        .await
-        .expect(200);
-    let body = mail.body["data"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|m| m["to"] == email)
-        .unwrap_or_else(|| panic!("no mail to {email}: {}", mail.body))["body"]
-        .as_str()
-        .expect("a body")
-        .to_owned();
-    let at = body.find("http").expect("a link in the mail");
-    body[at..]
-        .split_whitespace()
-        .next()
-        .expect("the link")
-        .to_owned()
-}
-
-/// Invites `email` as the owner of `store`, accepts with `password` and signs in.
-async fn owner_signed_in(host: &TestHost, store: &str, email: &str, password: &str) -> Browser {
-    host.admin(
-        Method::POST,
-        &format!("/admin/v1/stores/{store}/invitations"),
-        Some(json!({"email": email})),
-    )
-    .await
-    .expect(201);
-    let link = invitation_link(host, email).await;
-    let mut browser = Browser::new(host);
-    let form = browser.get(&link).await;
-    let csrf = form.csrf();
-    let done = browser
-        .post(
-            &link,
-            &[
-                ("csrf", &csrf),
-                ("password", password),
-                ("confirm", password),
-            ],
-        )
-        .await;
-    assert_eq!(done.status, StatusCode::OK, "{}", done.body);
-    let signed = browser
-        .post(
-            "/sign-in",
-            &[("csrf", &csrf), ("email", email), ("password", password)],
-        )
-        .await;
-    assert_eq!(signed.status, StatusCode::SEE_OTHER, "{}", signed.body);
-    browser
-}
 
 #[tokio::test]
 async fn an_owner_is_invited_signs_in_sees_and_dismisses_banners_and_cards() {
@@ -532,4 +373,224 @@ async fn sign_in_failures_are_limited_per_address() {
     host.admin(Method::GET, "/admin/v1/stores", None)
         .await
         .assert_error(429, "rate_limited");
+}
+
+#[tokio::test]
+async fn an_owner_installs_behind_consent_configures_reads_messages_and_invites_staff() {
+    let host = TestHost::start().await;
+    let store = host.create_store("catalogue.example").await;
+    host.publish("shop", &ALL_SCOPES).await;
+    host.admin(
+        Method::POST,
+        "/admin/v1/plugins",
+        Some(commerce_host_tests::components::publish_body(
+            "review-request",
+        )),
+    )
+    .await
+    .expect(201);
+    let mut ada = owner_signed_in(&host, &store, "ada@catalogue.example", "correct horse").await;
+    let plugins = format!("/stores/{store}/plugins");
+
+    let catalogue = ada.get(&plugins).await;
+    assert_eq!(catalogue.status, StatusCode::OK);
+    for part in [
+        "review-request",
+        "shop",
+        "Install",
+        "Suggests asking the customer",
+    ] {
+        assert!(
+            catalogue.body.contains(part),
+            "{part:?}:\n{}",
+            catalogue.body
+        );
+    }
+    let csrf = catalogue.csrf();
+
+    // The consent page names what the plugin may do.
+    let consent = ada.get(&format!("{plugins}/review-request/install")).await;
+    assert_eq!(consent.status, StatusCode::OK);
+    for part in [
+        "Install review-request?",
+        "See your orders",
+        "See your customers and their contact details",
+        "order.fulfilled",
+        "dev@review-request.example",
+    ] {
+        assert!(consent.body.contains(part), "{part:?}:\n{}", consent.body);
+    }
+    let forged = ada
+        .post(&format!("{plugins}/review-request/install"), &[])
+        .await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN);
+    let installed = ada
+        .post(
+            &format!("{plugins}/review-request/install"),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(installed.location.as_deref(), Some(plugins.as_str()));
+    let after = ada.get(&plugins).await;
+    assert!(
+        after.body.contains("review-request is installed."),
+        "{}",
+        after.body
+    );
+    assert!(
+        !ada.get(&plugins).await.body.contains("is installed."),
+        "the notice shows once"
+    );
+    let list = host
+        .admin(
+            Method::GET,
+            &format!("/admin/v1/stores/{store}/installations"),
+            None,
+        )
+        .await
+        .expect(200);
+    let review = list.body["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|i| i["plugin"] == "review-request")
+        .cloned()
+        .expect("installed");
+    let inst = review["id"].as_str().expect("id").to_owned();
+
+    // An external plugin's token is shown once, and works.
+    let shop = ada
+        .post(&format!("{plugins}/shop/install"), &[("csrf", &csrf)])
+        .await;
+    assert_eq!(shop.status, StatusCode::OK, "{}", shop.body);
+    let marker = "<code class=\"token\">";
+    let at = shop.body.find(marker).expect("the token") + marker.len();
+    let token = shop.body[at..at + shop.body[at..].find('<').expect("end")].to_owned();
+    host.call(&token, Method::GET, "/v1/installation", None)
+        .await
+        .expect(200);
+
+    // Settings: JSON checked as over the API.
+    let settings = format!("/stores/{store}/installations/{inst}/settings");
+    let form = ada.get(&settings).await;
+    assert!(form.body.contains("{}"), "{}", form.body);
+    let bad = ada
+        .post(&settings, &[("csrf", &csrf), ("settings", "{nope")])
+        .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert!(bad.body.contains("is not JSON"), "{}", bad.body);
+    let array = ada
+        .post(&settings, &[("csrf", &csrf), ("settings", "[1]")])
+        .await;
+    assert_eq!(array.status, StatusCode::BAD_REQUEST);
+    let saved = ada
+        .post(
+            &settings,
+            &[("csrf", &csrf), ("settings", r#"{"tone": "warm"}"#)],
+        )
+        .await;
+    assert_eq!(saved.status, StatusCode::SEE_OTHER);
+    let stored = host
+        .admin(
+            Method::GET,
+            &format!("/admin/v1/stores/{store}/installations/{inst}"),
+            None,
+        )
+        .await
+        .expect(200);
+    assert_eq!(stored.body["settings"], json!({"tone": "warm"}));
+
+    // The store's messages.
+    let empty = ada.get(&format!("/stores/{store}/messages")).await;
+    assert!(empty.body.contains("no message yet"), "{}", empty.body);
+    host.call(
+        &token,
+        Method::POST,
+        "/v1/notifications",
+        Some(
+            json!({"channel": "banner", "banner": {"tone": "info", "title": "Welcome aboard",
+            "body": "b", "ttl_hours": 1}}),
+        ),
+    )
+    .await
+    .expect(202);
+    let messages = ada.get(&format!("/stores/{store}/messages")).await;
+    for part in ["banner", "Welcome aboard", "shown", "shop"] {
+        assert!(messages.body.contains(part), "{part:?}:\n{}", messages.body);
+    }
+
+    // Staff: invited by the owner, through the host's mail.
+    let staff = format!("/stores/{store}/staff");
+    let invited = ada
+        .post(
+            &staff,
+            &[("csrf", &csrf), ("email", "bob@catalogue.example")],
+        )
+        .await;
+    assert_eq!(invited.location.as_deref(), Some(staff.as_str()));
+    let link = invitation_link(&host, "bob@catalogue.example").await;
+    let mut bob = Browser::new(&host);
+    let form = bob.get(&link).await;
+    assert!(
+        form.body.contains("staff of catalogue.example"),
+        "{}",
+        form.body
+    );
+    let bob_csrf = form.csrf();
+    bob.post(
+        &link,
+        &[
+            ("csrf", &bob_csrf),
+            ("password", "battery staple"),
+            ("confirm", "battery staple"),
+        ],
+    )
+    .await;
+    let signed = bob
+        .post(
+            "/sign-in",
+            &[
+                ("csrf", &bob_csrf),
+                ("email", "bob@catalogue.example"),
+                ("password", "battery staple"),
+            ],
+        )
+        .await;
+    assert_eq!(signed.status, StatusCode::SEE_OTHER);
+    let page = bob.get(&staff).await;
+    assert!(
+        page.body.contains("ada@catalogue.example") && page.body.contains("bob@catalogue.example"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains("The store's owner invites staff"),
+        "{}",
+        page.body
+    );
+    let refused = bob
+        .post(
+            &staff,
+            &[("csrf", &page.csrf()), ("email", "eve@catalogue.example")],
+        )
+        .await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN, "{}", refused.body);
+
+    // Uninstalling.
+    let gone = ada
+        .post(
+            &format!("/stores/{store}/installations/{inst}/uninstall"),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(gone.location.as_deref(), Some(plugins.as_str()));
+    let after = host
+        .admin(
+            Method::GET,
+            &format!("/admin/v1/stores/{store}/installations/{inst}"),
+            None,
+        )
+        .await
+        .expect(200);
+    assert_eq!(after.body["status"], "uninstalled");
 }

@@ -1,7 +1,9 @@
 //! The pages in a real browser: headless Chromium driven over WebDriver (chromedriver). An owner
 //! accepts the mailed invitation, signs in, sees the banner a plugin posted over HTTP and the feed
-//! card a component posted through the WIT `post-feed-card` call, and dismisses both; another
-//! store's owner meets 404. Screenshots of the pages go to `target/screenshots/`.
+//! card a component posted through the WIT `post-feed-card` call, dismisses both, and installs a
+//! plugin through the consent page; another store's owner meets 404. A developer finds a failed
+//! webhook delivery in the console, resumes the subscription, presses replay and sees the new
+//! attempt. Screenshots of the pages go to `target/screenshots/`.
 //!
 //! Needs `chromium` and `chromedriver` (`.ci/run` installs Debian's `chromium` and
 //! `chromium-driver`). Without them the test fails, saying so; set
@@ -12,6 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use commerce_host_tests::components::{publish_body, repo_root};
+use commerce_host_tests::receiver::{Behavior, Receiver};
 use commerce_host_tests::{ALL_SCOPES, TestHost};
 use fantoccini::{Client, ClientBuilder, Locator};
 use reqwest::Method;
@@ -180,6 +183,12 @@ async fn owner_through_the_pages(
     )
     .await
     .expect(201);
+    accept_through_the_pages(host, browser, email, shots).await;
+    wait_for_path(browser, "/stores/").await;
+}
+
+/// Follows the invitation mailed to `email`: sets a password, then signs in.
+async fn accept_through_the_pages(host: &TestHost, browser: &Client, email: &str, shots: bool) {
     browser
         .goto(&invitation_link(host, email).await)
         .await
@@ -196,7 +205,20 @@ async fn owner_through_the_pages(
         screenshot(browser, "sign-in").await;
     }
     click(browser, "button[type=submit]").await;
-    wait_for_path(browser, "/stores/").await;
+}
+
+/// Reloads the page until its text contains `what`.
+async fn until_shown(browser: &Client, what: &str) -> String {
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = page_text(browser).await;
+        if text.contains(what) {
+            return text;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        browser.refresh().await.expect("reloaded");
+    }
+    panic!("{what:?} never showed:\n{text}");
 }
 
 /// Waits until the browser shows a page whose path starts with `prefix` (a form's redirect).
@@ -268,6 +290,13 @@ async fn an_owner_signs_in_and_acts_on_the_feed_in_a_real_browser() {
     .await
     .expect(201);
     host.install(&store, "review-request").await;
+    host.admin(
+        Method::POST,
+        "/admin/v1/plugins",
+        Some(publish_body("low-stock-banner")),
+    )
+    .await
+    .expect(201);
 
     let profile = tempfile::tempdir().expect("a profile folder");
     let browser = open_browser(&driver, &binary, profile.path()).await;
@@ -331,6 +360,54 @@ async fn an_owner_signs_in_and_acts_on_the_feed_in_a_real_browser() {
     assert!(!text.contains("Ask Grace for a review"), "{text}");
     assert!(text.contains("Nothing to decide right now"), "{text}");
     screenshot(&browser, "feed-dismissed").await;
+
+    // Installing a plugin: the catalogue, the consent page with its scopes, then installed.
+    click(&browser, "nav a[href$='/plugins']").await;
+    wait_for_path(&browser, &format!("/stores/{store}/plugins")).await;
+    click(&browser, "#plugin-low-stock-banner a.primary").await;
+    wait_for_path(
+        &browser,
+        &format!("/stores/{store}/plugins/low-stock-banner/install"),
+    )
+    .await;
+    let text = page_text(&browser).await;
+    assert!(text.contains("Install low-stock-banner?"), "{text}");
+    assert!(
+        text.contains("See your products, prices and stock"),
+        "{text}"
+    );
+    screenshot(&browser, "consent").await;
+    click(&browser, "button.primary").await;
+    let mut installed = String::new();
+    for _ in 0..50 {
+        installed = page_text(&browser).await;
+        if installed.contains("low-stock-banner is installed.") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        installed.contains("low-stock-banner is installed."),
+        "{installed}"
+    );
+    screenshot(&browser, "plugins").await;
+    let installations = host
+        .admin(
+            Method::GET,
+            &format!("/admin/v1/stores/{store}/installations"),
+            None,
+        )
+        .await
+        .expect(200);
+    assert!(
+        installations.body["data"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|i| i["plugin"] == "low-stock-banner" && i["status"] == "active"),
+        "{}",
+        installations.body
+    );
     browser.close().await.expect("closed");
 
     // The other store's owner, in a browser of their own, meets 404 here.
@@ -345,4 +422,84 @@ async fn an_owner_signs_in_and_acts_on_the_feed_in_a_real_browser() {
     assert!(text.contains("There is no such page"), "{text}");
     assert!(!text.contains("browser.example"), "{text}");
     other.close().await.expect("closed");
+}
+
+#[tokio::test]
+async fn a_developer_replays_a_failed_delivery_from_the_console_in_a_real_browser() {
+    let Some((driver, binary)) = start_driver().await else {
+        return;
+    };
+    let host = TestHost::start_for_webhooks(|_| {}).await;
+    let receiver = Receiver::start().await;
+    receiver.set("/hooks", Behavior::Status(503));
+    host.admin(
+        Method::POST,
+        "/admin/v1/developer-invitations",
+        Some(json!({"email": "dev@tools.example"})),
+    )
+    .await
+    .expect(201);
+    let profile = tempfile::tempdir().expect("a profile folder");
+    let browser = open_browser(&driver, &binary, profile.path()).await;
+    accept_through_the_pages(&host, &browser, "dev@tools.example", false).await;
+    wait_for_path(&browser, "/developer").await;
+
+    // A key from the console publishes the developer's plugin.
+    fill(&browser, "#name", "laptop").await;
+    click(&browser, "form.panel button.primary").await;
+    let key = until_shown(&browser, "shown only this once").await;
+    let key = key
+        .split_whitespace()
+        .find(|w| w.starts_with("chk_"))
+        .expect("the new key")
+        .to_owned();
+    host.send(
+        Method::POST,
+        "/dev/v1/plugins",
+        Some(key.as_str()),
+        Some(json!({"manifest": {"name": "tagger", "version": "1.0.0",
+            "scopes": ["customers.read"], "contact_email": "dev@tools.example"}})),
+    )
+    .await
+    .expect(201);
+    let store = host.create_store("browser.example").await;
+    let (_, token) = host.install(&store, "tagger").await;
+    let wh = host
+        .subscribe(&token, &receiver.url("/hooks"), &["customer.created"])
+        .await["id"]
+        .as_str()
+        .expect("webhook id")
+        .to_owned();
+    host.fire_customer_created(&store).await;
+    let sent = receiver
+        .wait_for("/hooks", 1, Duration::from_secs(10))
+        .await;
+    let event = sent[0].json()["id"].as_str().expect("event id").to_owned();
+    host.exhaust_delivery(&token, &wh, &event).await;
+
+    // The console: the store that installed it, the paused subscription, the failed delivery.
+    browser.refresh().await.expect("reloaded");
+    until_shown(&browser, "browser.example").await;
+    screenshot(&browser, "console").await;
+    click(&browser, "#plugin-tagger a").await;
+    let text = until_shown(&browser, "Webhook subscriptions").await;
+    assert!(text.contains("HTTP 503"), "{text}");
+    receiver.set("/hooks", Behavior::Status(204));
+    click(&browser, &format!("#webhook-{wh} button.primary")).await;
+    until_shown(&browser, "Resumed").await;
+    click(&browser, "nav.filters a[href$='status=failed']").await;
+    let text = until_shown(&browser, &event).await;
+    assert!(text.contains("failed"), "{text}");
+    click(&browser, &format!("#delivery-{event} a")).await;
+    let text = until_shown(&browser, "Attempts, newest first").await;
+    assert!(text.matches("503").count() >= 7, "{text}");
+    screenshot(&browser, "delivery-failed").await;
+
+    // Replay, and the new attempt.
+    click(&browser, "button.primary").await;
+    until_shown(&browser, "Replayed: 1 delivery is queued").await;
+    until_shown(&browser, "succeeded").await;
+    screenshot(&browser, "delivery-replayed").await;
+    assert_eq!(receiver.requests("/hooks").len(), 8);
+    browser.close().await.expect("closed");
 }

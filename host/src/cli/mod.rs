@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 use crate::Config;
 
 pub mod client;
+pub mod credentials;
 pub mod demo;
 pub mod dev;
 pub mod package;
@@ -46,6 +47,9 @@ enum Command {
     Plugin(plugin::PluginCommand),
     /// Serve with a demo store, sample data and the example plugins built and installed.
     Demo(DemoArgs),
+    /// Store a developer's API key for a host: `plugin publish` then publishes as that
+    /// developer, without the admin token.
+    Login(credentials::LoginArgs),
 }
 
 #[derive(clap::Args)]
@@ -135,6 +139,11 @@ pub fn main() -> anyhow::Result<()> {
         Command::Serve(args) => runtime.block_on(serve(args)),
         Command::Plugin(command) => runtime.block_on(plugin::run(command)),
         Command::Demo(args) => runtime.block_on(run_demo(args)),
+        Command::Login(args) => runtime.block_on(async {
+            let path = credentials::login(&args).await?;
+            println!("key stored in {}", path.display());
+            Ok(())
+        }),
     };
     // Storage is flushed by now; a component still running past the grace period (each is bounded
     // by its own deadline anyway) does not hold up the exit.

@@ -151,7 +151,16 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
         }
         PluginCommand::Dev(args) => super::dev::run(args).await?,
         PluginCommand::Publish(args) => {
-            let client = args.host.client()?;
+            // A developer who logged in to this host publishes as themselves; the admin token,
+            // when given, publishes as the operator.
+            let key = match args.host.admin_token {
+                Some(_) => None,
+                None => super::credentials::key_for(&args.host.url),
+            };
+            let (client, path) = match key {
+                Some(key) => (HostClient::new(&args.host.url, &key), "/dev/v1/plugins"),
+                None => (args.host.client()?, "/admin/v1/plugins"),
+            };
             // An external (HTTP-only) plugin receives no events as a component: it has none.
             let external = package::check(&args.dir.dir)?.manifest.events.is_empty();
             let component = match args.component {
@@ -159,7 +168,7 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
                 None if external => None,
                 None => Some(package::component_path(&args.dir.dir, None)?),
             };
-            let published = publish(&client, &args.dir.dir, component.as_deref()).await?;
+            let published = publish_to(&client, path, &args.dir.dir, component.as_deref()).await?;
             println!(
                 "published {}@{}",
                 published["name"].as_str().unwrap_or("?"),
@@ -188,7 +197,8 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
             let attempts = attempts(&client, &args.store, &args.installation, args.limit).await?;
             print!("{}", format_attempts(&attempts));
         }
-        PluginCommand::Run(args) => {
+        PluginCommand::Run(mut args) => {
+            args.replayed = super::run::fetch_replay(&args).await?;
             tokio::task::spawn_blocking(move || super::run::run(&args))
                 .await
                 .context("the run task")??;
@@ -201,6 +211,16 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
 /// external HTTP plugin) to `POST /admin/v1/plugins`. Returns the published plugin.
 pub async fn publish(
     client: &HostClient,
+    dir: &Path,
+    component: Option<&Path>,
+) -> anyhow::Result<Value> {
+    publish_to(client, "/admin/v1/plugins", dir, component).await
+}
+
+/// [`publish`] to `path`: the operator's `/admin/v1/plugins` or a developer's `/dev/v1/plugins`.
+pub async fn publish_to(
+    client: &HostClient,
+    path: &str,
     dir: &Path,
     component: Option<&Path>,
 ) -> anyhow::Result<Value> {
@@ -218,9 +238,7 @@ pub async fn publish(
         })?;
         body["component"] = json!(base64::engine::general_purpose::STANDARD.encode(bytes));
     }
-    client
-        .admin(Method::POST, "/admin/v1/plugins", Some(&body))
-        .await
+    client.admin(Method::POST, path, Some(&body)).await
 }
 
 /// Installs the published `plugin` into `store`. The answer holds the id and the project token.
@@ -273,10 +291,11 @@ pub fn format_attempts(attempts: &[Value]) -> String {
         };
         let _ = writeln!(
             out,
-            "{}  {}  {}  retry {}  {} ms  {}",
+            "{}  {}  {}  {}  retry {}  {} ms  {}",
             attempt["attempted_at"].as_str().unwrap_or("?"),
             attempt["event_type"].as_str().unwrap_or("?"),
             attempt["event_id"].as_str().unwrap_or("?"),
+            attempt["id"].as_str().unwrap_or("?"),
             attempt["retry"].as_u64().unwrap_or(0),
             attempt["duration_ms"].as_u64().unwrap_or(0),
             outcome

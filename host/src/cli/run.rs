@@ -41,9 +41,9 @@ pub struct RunArgs {
     /// The built component to run (`target/wasm32-wasip2/release/<crate>.wasm`).
     pub component: PathBuf,
     /// The event to deliver, e.g. `order.paid` (`order.created`, `customer.updated`,
-    /// `product.inventory.updated`, `plugin.configured`, …).
-    #[arg(long)]
-    pub event: String,
+    /// `product.inventory.updated`, `plugin.configured`, …); with `--replay`, the invocation's.
+    #[arg(long, required_unless_present = "replay")]
+    pub event: Option<String>,
     /// A JSON file whose content replaces the event's `data` (default: built from the seeded
     /// store's records).
     #[arg(long)]
@@ -63,6 +63,59 @@ pub struct RunArgs {
     /// `duration_ms`).
     #[arg(long)]
     pub json: bool,
+    /// Runs this build on what a real invocation saw instead of fixtures: the invocation's id
+    /// (`att_…`, shown in the developer console and by `plugin logs`) is fetched from the host
+    /// (`GET /dev/v1/invocations/{id}`, the developer's own plugins only): its event, the records
+    /// it read and its settings.
+    #[arg(long, value_name = "INVOCATION", conflicts_with_all = ["data", "settings"])]
+    pub replay: Option<String>,
+    /// The host to fetch `--replay` from.
+    #[arg(long = "host", env = "COMMERCE_HOST_URL", default_value = super::client::DEFAULT_URL)]
+    pub url: String,
+    /// The developer's API key for `--replay` (default: the one `commerce-host login` stored for
+    /// the host).
+    #[arg(long, env = "COMMERCE_HOST_API_KEY", hide_env_values = true)]
+    pub key: Option<String>,
+    /// The fetched invocation (`--replay`), filled in before the run.
+    #[arg(skip)]
+    pub replayed: Option<Box<crate::service::developer::InvocationReplay>>,
+}
+
+/// Fetches the invocation `--replay` names, with the developer's key.
+pub async fn fetch_replay(
+    args: &RunArgs,
+) -> anyhow::Result<Option<Box<crate::service::developer::InvocationReplay>>> {
+    let Some(id) = &args.replay else {
+        return Ok(None);
+    };
+    let key = args
+        .key
+        .clone()
+        .or_else(|| super::credentials::key_for(&args.url))
+        .ok_or_else(|| {
+            anyhow!(
+                "--replay needs your developer key for {}: run `commerce-host login --host {} --key chk_…` (make a key in the developer console), or pass --key",
+                args.url,
+                args.url
+            )
+        })?;
+    let client = super::client::HostClient::new(&args.url, &key);
+    let found = client
+        .admin(
+            reqwest::Method::GET,
+            &format!("/dev/v1/invocations/{}", urlencoding(id)),
+            None,
+        )
+        .await
+        .with_context(|| format!("fetching invocation {id} from {}", args.url))?;
+    let replay = serde_json::from_value(found)
+        .map_err(|e| anyhow!("the host's answer for invocation {id}: {e}"))?;
+    Ok(Some(Box::new(replay)))
+}
+
+/// `id` made safe for a path segment (ids are `[a-z0-9_]`; anything else is escaped).
+fn urlencoding(id: &str) -> String {
+    form_urlencoded::byte_serialize(id.as_bytes()).collect()
 }
 
 /// Name of the fixtures' own installation, which seeds the store (every scope, no component).
@@ -96,14 +149,31 @@ pub struct Report {
 
 /// Runs the component; returns the report and whether the plugin succeeded.
 pub fn run_report(args: &RunArgs) -> anyhow::Result<(Report, bool)> {
-    let kind: EventType = args.event.parse().map_err(|_| {
+    let replayed = args.replayed.as_deref();
+    let recorded: Option<Event> = replayed
+        .map(|r| serde_json::from_value(r.event.clone()))
+        .transpose()
+        .map_err(|e| anyhow!("the replayed invocation's event: {e}"))?;
+    let named = match (&args.event, &recorded) {
+        (Some(named), _) => named.clone(),
+        (None, Some(event)) => event.kind().as_str().to_owned(),
+        (None, None) => bail!("--event: name the event to deliver, e.g. --event order.paid"),
+    };
+    let kind: EventType = named.parse().map_err(|_| {
         let known: Vec<&str> = EventType::ALL.iter().map(|e| e.as_str()).collect();
         anyhow!(
-            "--event: unknown event `{}`; the events are: {}",
-            args.event,
+            "--event: unknown event `{named}`; the events are: {}",
             known.join(", ")
         )
     })?;
+    if let Some(event) = &recorded
+        && event.kind() != kind
+    {
+        bail!(
+            "--event {kind}: the replayed invocation handled `{}`; leave --event out",
+            event.kind()
+        );
+    }
     let wasm = std::fs::read(&args.component).map_err(|e| {
         anyhow!(
             "{}: {e}; build the plugin first with `commerce-host plugin build`",
@@ -124,11 +194,14 @@ pub fn run_report(args: &RunArgs) -> anyhow::Result<(Report, bool)> {
             })
         })
         .transpose()?;
-    let settings = args
-        .settings
-        .as_deref()
-        .map(|path| read_json(path, "--settings"))
-        .transpose()?;
+    let settings = match replayed {
+        Some(r) => r.recording.settings.clone(),
+        None => args
+            .settings
+            .as_deref()
+            .map(|path| read_json(path, "--settings"))
+            .transpose()?,
+    };
     if settings.as_ref().is_some_and(|s| !s.is_object()) {
         bail!("--settings: the settings must be a JSON object");
     }
@@ -174,7 +247,11 @@ pub fn run_report(args: &RunArgs) -> anyhow::Result<(Report, bool)> {
         )
         .map_err(fail("setting the store's limits"))?;
     let fixtures = fixtures_actor(&service, &plugins, &store.id)?;
-    seed(&service, &fixtures, kind).map_err(fail("seeding the store"))?;
+    match replayed {
+        Some(r) => restore(&service, &store.id, &r.recording)
+            .map_err(fail("restoring the records the invocation read"))?,
+        None => seed(&service, &fixtures, kind).map_err(fail("seeding the store"))?,
+    }
 
     plugins
         .publish(&service, manifest.clone(), &templates, Some(&wasm))
@@ -193,7 +270,14 @@ pub fn run_report(args: &RunArgs) -> anyhow::Result<(Report, bool)> {
             .uninstall(&store.id, &installation.id)
             .map_err(fail("uninstalling the plugin"))?;
     }
-    let mut event = pick_event(&service, &store, &installation, kind)?;
+    let mut event = match recorded {
+        // The invocation's own event (its id, time and data) in the throwaway store.
+        Some(mut event) => {
+            event.store = store.reference();
+            event
+        }
+        None => pick_event(&service, &store, &installation, kind)?,
+    };
     if let Some(data) = data {
         event.data = data;
     }
@@ -240,6 +324,26 @@ pub fn run_report(args: &RunArgs) -> anyhow::Result<(Report, bool)> {
         "plugin {}@{} ({from})",
         manifest.name, manifest.version
     );
+    if let Some(r) = replayed {
+        let _ = writeln!(
+            text,
+            "replaying invocation {} of {}@{}: its event, the {} record(s) it read{}{}",
+            r.id,
+            r.plugin,
+            r.version,
+            r.recording.records.len(),
+            if r.recording.settings.is_some() {
+                " and its settings"
+            } else {
+                ""
+            },
+            if r.recording.truncated {
+                " (more reads than the host keeps: the rest are missing here)"
+            } else {
+                ""
+            }
+        );
+    }
     let _ = writeln!(
         text,
         "store {} ({}), installation {}",
@@ -293,6 +397,7 @@ pub fn run_report(args: &RunArgs) -> anyhow::Result<(Report, bool)> {
     let _ = writeln!(text, "  {usage}");
     let json = json!({
         "plugin": {"name": manifest.name, "version": manifest.version},
+        "replay": replayed.map(|r| r.id.to_string()),
         "event": serde_json::to_value(&delivered).unwrap_or_default(),
         "host_calls": outcome.host_calls.iter().map(|call| json!({
             "function": call.function,
@@ -572,6 +677,45 @@ fn seed(service: &Service, actor: &Actor, kind: EventType) -> crate::model::erro
 /// The newest event of `kind` the seeding fired; for the plugin's lifecycle events, its own.
 /// `plugin.configured` without settings (nothing changed, so nothing fired) is built from the
 /// installation as the host would have.
+/// Writes the records a replayed invocation read into the throwaway store, as they were (with
+/// the indexes the service keeps beside them: a product's variants, a customer's email).
+fn restore(
+    service: &Service,
+    store: &crate::model::ids::StoreId,
+    recording: &crate::model::log::Recording,
+) -> crate::model::error::Result<()> {
+    use crate::model::customer::Customer;
+    use crate::model::log::RecordKind;
+    use crate::model::product::Product;
+    let bad = |e: serde_json::Error| crate::Error::Internal(anyhow!("a recorded record: {e}"));
+    service.db.tx(|tx| {
+        for seen in &recording.records {
+            let value = seen.record.clone();
+            match seen.kind {
+                RecordKind::Order => {
+                    let order: Order = serde_json::from_value(value).map_err(bad)?;
+                    tx.write(&Order::key(store, &order.id), &order)?;
+                }
+                RecordKind::Product => {
+                    let product: Product = serde_json::from_value(value).map_err(bad)?;
+                    for v in &product.variants {
+                        tx.write(&Product::variant_index_key(store, &v.id), &product.id)?;
+                    }
+                    tx.write(&Product::key(store, &product.id), &product)?;
+                }
+                RecordKind::Customer => {
+                    let customer: Customer = serde_json::from_value(value).map_err(bad)?;
+                    if let Some(email) = &customer.email {
+                        tx.write(&Customer::email_key(store, email), &customer.id)?;
+                    }
+                    tx.write(&Customer::key(store, &customer.id), &customer)?;
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
 fn pick_event(
     service: &Service,
     store: &crate::model::store::Store,

@@ -781,6 +781,7 @@ impl Shared {
                 outcome.succeeded = ran.result.is_ok();
                 outcome.error = ran.result.err().map(|f| f.to_string());
                 outcome.logs = ran.logs;
+                outcome.recording = Some(Box::new(ran.recording));
             }
             Ok(Err(e)) => {
                 outcome.error = Some(format!("the host could not run the component: {e}"))

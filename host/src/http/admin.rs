@@ -96,6 +96,21 @@ pub struct PublishPlugin {
     pub component: Option<String>,
 }
 
+impl PublishPlugin {
+    /// The component's bytes, or 400 on `component` when it is not base64.
+    pub fn decoded_component(&self) -> Result<Option<Vec<u8>>> {
+        use base64::Engine as _;
+        self.component
+            .as_ref()
+            .map(|b64| {
+                base64::engine::general_purpose::STANDARD
+                    .decode(b64.trim())
+                    .map_err(|e| crate::Error::invalid("component", format!("not base64: {e}")))
+            })
+            .transpose()
+    }
+}
+
 /// Body of `POST /admin/v1/stores/{store_id}/installations`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -168,15 +183,7 @@ pub async fn publish_plugin(
     State(app): State<AppState>,
     Json(body): Json<PublishPlugin>,
 ) -> Result<(StatusCode, axum::Json<Plugin>)> {
-    use base64::Engine as _;
-    let component = body
-        .component
-        .map(|b64| {
-            base64::engine::general_purpose::STANDARD
-                .decode(b64.trim())
-                .map_err(|e| crate::Error::invalid("component", format!("not base64: {e}")))
-        })
-        .transpose()?;
+    let component = body.decoded_component()?;
     let (service, plugins) = (app.service.clone(), app.plugins.clone());
     let plugin = tokio::task::spawn_blocking(move || {
         plugins.publish(

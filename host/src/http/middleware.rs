@@ -295,6 +295,18 @@ pub async fn admin_auth(State(app): State<AppState>, req: Request, next: Next) -
     }
 }
 
+/// The developer API's authentication: a developer's API key becomes the request's
+/// [`crate::model::account::Account`] (an extension). Failures count against the client address.
+pub async fn developer_auth(State(app): State<AppState>, mut req: Request, next: Next) -> Response {
+    match authenticate(&app, &req, |t| app.service.developer_by_key(t)) {
+        Ok(account) => {
+            req.extensions_mut().insert(account);
+            next.run(req).await
+        }
+        Err(e) => e.into_response(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;

@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod customers;
+pub mod developer;
 pub mod extract;
 pub mod health;
 pub mod idempotency;
@@ -97,9 +98,16 @@ pub fn router(state: AppState) -> Router {
             middleware::admin_auth,
         ))
         .route("/openapi.json", get(openapi::serve_operator));
+    let developer = developer::router()
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            middleware::developer_auth,
+        ))
+        .route("/openapi.json", get(openapi::serve_developer));
     Router::new()
         .nest("/v1", v1)
         .nest("/admin/v1", admin)
+        .nest("/dev/v1", developer)
         .merge(pages::router())
         .merge(health::router())
         .merge(metrics::router())

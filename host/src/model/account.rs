@@ -5,7 +5,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::model::ids::{AccountId, StoreId};
+use crate::model::ids::{AccountId, ApiKeyId, StoreId};
 
 /// What an account may see and do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -66,6 +66,11 @@ impl Account {
     /// Key of the index from a (lower-cased) email address to its account.
     pub fn email_key(email: &str) -> String {
         format!("account-email/{email}")
+    }
+
+    /// Key of the index of a store's accounts (owner and staff).
+    pub fn store_key(store: &StoreId, id: &AccountId) -> String {
+        format!("store-account/{store}/{id}")
     }
 
     /// The account without its password hash, as the API shows it.
@@ -134,5 +139,34 @@ impl Session {
     /// Key of a session, by the SHA-256 of its cookie's id.
     pub fn key(id_hash: &str) -> String {
         format!("session/{id_hash}")
+    }
+}
+
+/// A developer's API key, as listed (the secret is shown once, when it is made).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ApiKey {
+    /// `key_…`.
+    pub id: ApiKeyId,
+    /// Whose it is.
+    pub account_id: AccountId,
+    /// What the developer called it (`laptop`, `ci`).
+    pub name: String,
+    /// The secret's last four characters, to tell keys apart.
+    pub hint: String,
+    /// When it was made.
+    #[serde(with = "crate::model::clock::api_ts")]
+    #[schema(value_type = String)]
+    pub created_at: Timestamp,
+}
+
+impl ApiKey {
+    /// Key of an API key by the SHA-256 of its secret.
+    pub fn key(secret_hash: &str) -> String {
+        format!("apikey/{secret_hash}")
+    }
+
+    /// Key of the index of a developer's keys (its value is the secret's hash).
+    pub fn account_key(account: &AccountId, id: &ApiKeyId) -> String {
+        format!("account-key/{account}/{id}")
     }
 }

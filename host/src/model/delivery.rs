@@ -275,6 +275,8 @@ pub struct Outcome {
     pub response_body: Option<String>,
     /// For a component: the lines it logged.
     pub logs: Vec<crate::model::log::LogLine>,
+    /// For a component: what it read from its store, kept for a replay.
+    pub recording: Option<Box<crate::model::log::Recording>>,
 }
 
 impl Outcome {
@@ -288,6 +290,7 @@ impl Outcome {
             duration_ms: 0,
             response_body: None,
             logs: Vec::new(),
+            recording: None,
         }
     }
 

@@ -117,6 +117,10 @@ prefixed_id!(
     AccountId, "acct"
 );
 prefixed_id!(
+    /// A developer's API key (the key itself is a secret; this names it).
+    ApiKeyId, "key"
+);
+prefixed_id!(
     /// One HTTP request (or one host-function call), for support and logs.
     RequestId, "req"
 );

@@ -91,6 +91,11 @@ pub struct Plugin {
     /// an external (HTTP-only) plugin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub component: Option<crate::model::plugin::ComponentInfo>,
+    /// The developer who publishes it (`acct_…`), when one published it with their API key;
+    /// only they (and the operator) publish its next versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub owner: Option<crate::model::ids::AccountId>,
 }
 
 impl Plugin {

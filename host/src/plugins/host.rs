@@ -20,6 +20,8 @@ use crate::model::product::{AdjustInventory, ProductFilter};
 use crate::service::notifications::request::{BannerInput, FeedCardInput, NotificationRequest};
 use crate::service::pagination::PageRequest;
 
+use crate::model::log::RecordKind;
+
 type HostError = types::HostError;
 type Call<T> = wasmtime::Result<Result<T, HostError>>;
 
@@ -34,7 +36,7 @@ impl StoreCalls<'_> {
         &mut self,
         function: &'static str,
         args: Option<String>,
-        f: impl FnOnce(&StoreCalls<'_>) -> Result<T, Error>,
+        f: impl FnOnce(&mut StoreCalls<'_>) -> Result<T, Error>,
     ) -> Call<T> {
         self.meter.charge_call()?;
         let result = match self.service.admit(self.actor) {
@@ -96,6 +98,9 @@ impl orders::Host for StoreCalls<'_> {
                 cursor: None,
             };
             let got = s.service.list_orders(s.actor, &filter, &page(&p)?)?;
+            for o in &got.data {
+                s.recording.saw(RecordKind::Order, &o.id.to_string(), o);
+            }
             Ok(orders::OrderPage {
                 data: got.data.into_iter().map(c::order).collect(),
                 page: c::page_info(got.page),
@@ -106,7 +111,9 @@ impl orders::Host for StoreCalls<'_> {
     fn get(&mut self, id: String) -> Call<types::Order> {
         let args = self.args(|| format!("{id:?}"));
         self.call("orders.get", args, |s| {
-            Ok(c::order(s.service.order(s.actor, &path_id("order", &id)?)?))
+            let order = s.service.order(s.actor, &path_id("order", &id)?)?;
+            s.recording.saw(RecordKind::Order, &id, &order);
+            Ok(c::order(order))
         })
     }
 
@@ -187,6 +194,10 @@ impl products::Host for StoreCalls<'_> {
                 cursor: None,
             };
             let got = s.service.list_products(s.actor, &filter, &page(&p)?)?;
+            for product in &got.data {
+                s.recording
+                    .saw(RecordKind::Product, &product.id.to_string(), product);
+            }
             Ok(products::ProductPage {
                 data: got.data.into_iter().map(c::product).collect(),
                 page: c::page_info(got.page),
@@ -197,9 +208,9 @@ impl products::Host for StoreCalls<'_> {
     fn get(&mut self, id: String) -> Call<types::Product> {
         let args = self.args(|| format!("{id:?}"));
         self.call("products.get", args, |s| {
-            Ok(c::product(
-                s.service.product(s.actor, &path_id("product", &id)?)?,
-            ))
+            let product = s.service.product(s.actor, &path_id("product", &id)?)?;
+            s.recording.saw(RecordKind::Product, &id, &product);
+            Ok(c::product(product))
         })
     }
 
@@ -273,6 +284,10 @@ impl customers::Host for StoreCalls<'_> {
                 cursor: None,
             };
             let got = s.service.list_customers(s.actor, &filter, &page(&p)?)?;
+            for customer in &got.data {
+                s.recording
+                    .saw(RecordKind::Customer, &customer.id.to_string(), customer);
+            }
             Ok(customers::CustomerPage {
                 data: got.data.into_iter().map(c::customer).collect(),
                 page: c::page_info(got.page),
@@ -283,9 +298,9 @@ impl customers::Host for StoreCalls<'_> {
     fn get(&mut self, id: String) -> Call<types::Customer> {
         let args = self.args(|| format!("{id:?}"));
         self.call("customers.get", args, |s| {
-            Ok(c::customer(
-                s.service.customer(s.actor, &path_id("customer", &id)?)?,
-            ))
+            let customer = s.service.customer(s.actor, &path_id("customer", &id)?)?;
+            s.recording.saw(RecordKind::Customer, &id, &customer);
+            Ok(c::customer(customer))
         })
     }
 
@@ -330,6 +345,24 @@ fn send(s: &StoreCalls<'_>, request: NotificationRequest) -> Result<notification
     })
 }
 
+/// A message to `customer:{id}` makes the host read the customer for the plugin: the recording
+/// keeps them (as [`crate::model::customer::Customer::replay_stand_in`] says) so that a replay
+/// resolves the same recipient.
+fn saw_recipient(s: &mut StoreCalls<'_>, to: &str) {
+    let Some(id) = to.strip_prefix("customer:") else {
+        return;
+    };
+    let Ok(id) = id.parse::<crate::model::ids::CustomerId>() else {
+        return;
+    };
+    let key = crate::model::customer::Customer::key(s.actor.store_id(), &id);
+    if let Ok(Some(customer)) = s.service.db.read::<crate::model::customer::Customer>(&key) {
+        let kept = customer.replay_stand_in(s.actor);
+        s.recording
+            .saw(RecordKind::Customer, &kept.id.to_string(), &kept);
+    }
+}
+
 fn empty_request(channel: Channel) -> NotificationRequest {
     NotificationRequest {
         channel: Some(channel),
@@ -354,6 +387,7 @@ impl notifications::Host for StoreCalls<'_> {
                 notifications::Channel::Whatsapp => Channel::Whatsapp,
                 notifications::Channel::Push => Channel::Push,
             };
+            saw_recipient(s, &message.to);
             send(
                 s,
                 NotificationRequest {
@@ -451,7 +485,9 @@ impl StoreCalls<'_> {
 impl settings::Host for StoreCalls<'_> {
     fn get(&mut self) -> Call<String> {
         self.call("settings.get", None, |s| {
-            Ok(s.service.own_settings(s.actor)?.to_string())
+            let settings = s.service.own_settings(s.actor)?;
+            s.recording.saw_settings(&settings);
+            Ok(settings.to_string())
         })
     }
 }

@@ -170,11 +170,28 @@ impl Plugins {
         >,
         component: Option<&[u8]>,
     ) -> Result<crate::model::plugin::Plugin> {
+        self.publish_as(service, None, manifest, templates, component)
+    }
+
+    /// [`Plugins::publish`] by a developer (`Some`) or the operator (`None`): see
+    /// [`Service::publish_plugin_as`]. Ownership is checked before anything is compiled.
+    pub fn publish_as(
+        &self,
+        service: &Service,
+        developer: Option<&crate::model::ids::AccountId>,
+        manifest: Manifest,
+        templates: &std::collections::BTreeMap<
+            String,
+            crate::service::notifications::templates::TemplateSource,
+        >,
+        component: Option<&[u8]>,
+    ) -> Result<crate::model::plugin::Plugin> {
         service.check_publishable(&manifest, templates, component.is_some())?;
+        service.check_owner(developer, &manifest.name)?;
         let info = component
             .map(|wasm| self.store_component(&manifest, wasm, "component"))
             .transpose()?;
-        service.publish_plugin(manifest, templates, info)
+        service.publish_plugin_as(developer, manifest, templates, info)
     }
 
     /// The `InstancePre` of a plugin version: the loaded component while its precompiled file is

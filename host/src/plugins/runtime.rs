@@ -183,6 +183,8 @@ pub struct Outcome {
     pub logs: Vec<LogLine>,
     /// The store capabilities it called, in order, with what each answered.
     pub host_calls: Vec<HostCall>,
+    /// What it read from its store, for a replay (`plugin run --replay`).
+    pub recording: crate::model::log::Recording,
     pub fuel_used: u64,
     pub elapsed: Duration,
 }
@@ -365,11 +367,12 @@ impl Runtime {
         store.limiter(|s| &mut s.limiter);
         let result = self.run(&mut store, plugin, limits, event);
         let fuel_used = limits.fuel.saturating_sub(store.get_fuel().unwrap_or(0));
-        let (logs, host_calls) = store.into_data().into_parts();
+        let (logs, host_calls, recording) = store.into_data().into_parts();
         Outcome {
             result,
             logs,
             host_calls,
+            recording,
             fuel_used,
             elapsed: started.elapsed(),
         }

@@ -1,6 +1,6 @@
 //! What a wasmtime `Store` holds for one invocation, and the narrow views host functions get.
 
-use crate::model::log::LogLine;
+use crate::model::log::{LogLine, Recording};
 use std::time::Instant;
 
 use wasmtime::component::ResourceTable;
@@ -38,6 +38,8 @@ pub struct Invocation {
     pub(crate) service: Service,
     pub(crate) logs: Vec<LogLine>,
     pub(crate) calls: Vec<HostCall>,
+    /// What the invocation read, for a replay.
+    pub(crate) recording: Recording,
     /// Whether host calls keep a summary of their arguments (`plugin run`).
     trace: bool,
     stderr: MemoryOutputPipe,
@@ -72,6 +74,7 @@ impl Invocation {
             service,
             logs: Vec::new(),
             calls: Vec::new(),
+            recording: Recording::default(),
             trace,
             stderr,
             deadline: Instant::now() + limits.wall_clock,
@@ -83,8 +86,9 @@ impl Invocation {
         self.into_parts().0
     }
 
-    /// The plugin's log lines (then what it wrote to stderr) and the host calls it made.
-    pub fn into_parts(self) -> (Vec<LogLine>, Vec<HostCall>) {
+    /// The plugin's log lines (then what it wrote to stderr), the host calls it made and what it
+    /// read.
+    pub fn into_parts(self) -> (Vec<LogLine>, Vec<HostCall>, Recording) {
         let mut logs = self.logs;
         let stderr = self.stderr.contents();
         if !stderr.is_empty() {
@@ -93,7 +97,7 @@ impl Invocation {
                 message: String::from_utf8_lossy(&stderr).into_owned(),
             });
         }
-        (logs, self.calls)
+        (logs, self.calls, self.recording)
     }
 
     pub(crate) fn store_calls(&mut self) -> StoreCalls<'_> {
@@ -102,6 +106,7 @@ impl Invocation {
             actor: &self.actor,
             service: &self.service,
             calls: &mut self.calls,
+            recording: &mut self.recording,
             trace: self.trace,
         }
     }
@@ -136,6 +141,7 @@ pub struct StoreCalls<'a> {
     pub(crate) actor: &'a Actor,
     pub(crate) service: &'a Service,
     pub(crate) calls: &'a mut Vec<HostCall>,
+    pub(crate) recording: &'a mut Recording,
     pub(crate) trace: bool,
 }
 

@@ -18,9 +18,9 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 
 use super::Service;
-use crate::model::account::{Account, Invitation, Inviter, Role, Session};
+use crate::model::account::{Account, ApiKey, Invitation, Inviter, Role, Session};
 use crate::model::error::{Error, Result};
-use crate::model::ids::{AccountId, StoreId};
+use crate::model::ids::{AccountId, ApiKeyId, StoreId};
 use crate::model::mail::Mail;
 use crate::service::maintenance::{Sweep, sweep};
 
@@ -48,6 +48,10 @@ fn dummy_hash() -> &'static str {
 pub const INVITATION_LIFETIME: SignedDuration = SignedDuration::from_hours(7 * 24);
 /// How long a session signs in.
 pub const SESSION_LIFETIME: SignedDuration = SignedDuration::from_hours(7 * 24);
+/// How many API keys a developer may have.
+pub const MAX_API_KEYS: usize = 20;
+/// The prefix of a developer's API key.
+pub const API_KEY_PREFIX: &str = "chk_";
 /// Password length bounds, in characters.
 pub const PASSWORD_CHARS: std::ops::RangeInclusive<usize> = 10..=128;
 
@@ -225,6 +229,9 @@ impl Service {
             tx.remove(&key)?;
             tx.write(&Account::key(&account.id), &account)?;
             tx.write(&Account::email_key(&account.email), &account.id)?;
+            if let Some(store) = &account.store_id {
+                tx.write(&Account::store_key(store, &account.id), &account.id)?;
+            }
             tx.flush_on_commit();
             Ok(())
         })?;
@@ -301,6 +308,98 @@ impl Service {
         };
         let account = self.account(&session.account_id)?;
         Ok(Some((session, account)))
+    }
+
+    /// A store's owner and staff, oldest first (at most 1,000).
+    pub fn store_accounts(&self, store: &StoreId) -> Result<Vec<Account>> {
+        let mut accounts = Vec::new();
+        let prefix = format!("store-account/{store}/");
+        self.db.scan(&prefix).each(|_, id: AccountId| {
+            if accounts.len() < 1_000 {
+                accounts.push(self.account(&id)?.public());
+            }
+            Ok(())
+        })?;
+        Ok(accounts)
+    }
+
+    /// A developer makes an API key named `name` (1 to 64 characters): the key and its secret,
+    /// `chk_` and 64 hex digits, shown this once (stored as its SHA-256). At most 20 keys each.
+    pub fn create_api_key(&self, developer: &Account, name: &str) -> Result<(ApiKey, String)> {
+        if developer.role != Role::Developer {
+            return Err(Error::Forbidden {
+                code: "not_allowed",
+                message: "only developers have API keys".into(),
+                field: None,
+            });
+        }
+        let name = name.trim();
+        if !(1..=64).contains(&name.chars().count()) || name.chars().any(char::is_control) {
+            return Err(Error::invalid("name", "must be 1 to 64 characters"));
+        }
+        if self.api_keys(developer)?.len() >= MAX_API_KEYS {
+            return Err(Error::conflict(
+                "too_many_keys",
+                format!("a developer has at most {MAX_API_KEYS} API keys: revoke one first"),
+            ));
+        }
+        let now = self.now();
+        let secret = format!("{API_KEY_PREFIX}{}", random_hex(32));
+        let key = ApiKey {
+            id: ApiKeyId::generate(now),
+            account_id: developer.id.clone(),
+            name: name.to_owned(),
+            hint: secret[secret.len() - 4..].to_owned(),
+            created_at: now,
+        };
+        let hash = sha256_hex(&secret);
+        self.db.tx(|tx| {
+            tx.write(&ApiKey::key(&hash), &key)?;
+            tx.write(&ApiKey::account_key(&developer.id, &key.id), &hash)?;
+            tx.flush_on_commit();
+            Ok(())
+        })?;
+        Ok((key, secret))
+    }
+
+    /// A developer's API keys, oldest first.
+    pub fn api_keys(&self, developer: &Account) -> Result<Vec<ApiKey>> {
+        let mut keys = Vec::new();
+        let prefix = format!("account-key/{}/", developer.id);
+        self.db.scan(&prefix).each(|_, hash: String| {
+            if let Some(key) = self.db.read::<ApiKey>(&ApiKey::key(&hash))? {
+                keys.push(key);
+            }
+            Ok(())
+        })?;
+        Ok(keys)
+    }
+
+    /// Revokes one of a developer's keys: it stops working at once. Another's key, or an
+    /// unknown one, is 404.
+    pub fn revoke_api_key(&self, developer: &Account, id: &ApiKeyId) -> Result<ApiKey> {
+        let index = ApiKey::account_key(&developer.id, id);
+        self.db.tx(|tx| {
+            let hash: String = tx
+                .read(&index)?
+                .ok_or_else(|| Error::not_found("API key", id))?;
+            let key: ApiKey = tx
+                .read(&ApiKey::key(&hash))?
+                .ok_or_else(|| Error::not_found("API key", id))?;
+            tx.remove(&ApiKey::key(&hash))?;
+            tx.remove(&index)?;
+            Ok(key)
+        })
+    }
+
+    /// The developer whose API key `secret` is; 401 for an unknown or revoked key (the HTTP
+    /// layer counts it against the client address, as for any credential).
+    pub fn developer_by_key(&self, secret: &str) -> Result<Account> {
+        let key = self.db.read::<ApiKey>(&ApiKey::key(&sha256_hex(secret)))?;
+        match key.map(|k| self.account(&k.account_id)).transpose()? {
+            Some(account) if account.role == Role::Developer => Ok(account),
+            _ => Err(Error::Unauthorized("unknown or revoked API key".into())),
+        }
     }
 
     /// Ends a session (signing out). An unknown cookie changes nothing.

@@ -10,6 +10,7 @@ pub mod auth_cache;
 pub mod components;
 pub mod customers;
 pub mod deliveries;
+pub mod developer;
 pub mod events;
 pub mod idempotency;
 pub mod limits;

@@ -59,6 +59,47 @@ pub fn parse_events(field: &str, events: &[String]) -> Result<Vec<EventType>> {
         .collect()
 }
 
+/// A developer acts on their own plugins only; the operator (`None`) on any.
+fn owned_by(developer: Option<&crate::model::ids::AccountId>, plugin: &Plugin) -> Result<()> {
+    match developer {
+        Some(id) if plugin.owner.as_ref() != Some(id) => Err(Error::Forbidden {
+            code: "not_your_plugin",
+            message: format!("`{}` is another developer's plugin", plugin.name),
+            field: Some("manifest.name".into()),
+        }),
+        _ => Ok(()),
+    }
+}
+
+impl Service {
+    /// Refuses, before anything is compiled, a developer publishing a plugin that is not theirs.
+    pub fn check_owner(
+        &self,
+        developer: Option<&crate::model::ids::AccountId>,
+        name: &str,
+    ) -> Result<()> {
+        match self.db.read::<Plugin>(&Plugin::key(name))? {
+            Some(current) => owned_by(developer, &current),
+            None => Ok(()),
+        }
+    }
+
+    /// A developer's plugins (the current version of each), by name; at most 1,000.
+    pub fn developer_plugins(
+        &self,
+        developer: &crate::model::ids::AccountId,
+    ) -> Result<Vec<Plugin>> {
+        let mut mine = Vec::new();
+        self.db.scan("plugin/").each(|_, plugin: Plugin| {
+            if plugin.owner.as_ref() == Some(developer) && mine.len() < 1_000 {
+                mine.push(plugin);
+            }
+            Ok(())
+        })?;
+        Ok(mine)
+    }
+}
+
 fn version_is_newer(manifest: &Manifest, current: &Plugin) -> Result<()> {
     if parse_version(&manifest.version) > parse_version(&current.version) {
         return Ok(());
@@ -82,13 +123,35 @@ impl Service {
         templates: &BTreeMap<String, TemplateSource>,
         component: Option<crate::model::plugin::ComponentInfo>,
     ) -> Result<Plugin> {
+        self.publish_plugin_as(None, manifest, templates, component)
+    }
+
+    /// [`Service::publish_plugin`] by a developer (`Some`, with their API key) or the operator
+    /// (`None`). A developer publishes a new plugin, which becomes theirs, or a new version of
+    /// their own; another's plugin, or one the operator published, is 403 `not_your_plugin`.
+    /// The operator publishes any, and a plugin keeps its owner.
+    pub fn publish_plugin_as(
+        &self,
+        developer: Option<&crate::model::ids::AccountId>,
+        manifest: Manifest,
+        templates: &BTreeMap<String, TemplateSource>,
+        component: Option<crate::model::plugin::ComponentInfo>,
+    ) -> Result<Plugin> {
         self.check_publishable(&manifest, templates, component.is_some())?;
+        self.check_owner(developer, &manifest.name)?;
         let now = self.now();
         self.db.tx(|tx| {
-            if let Some(current) = tx.read::<Plugin>(&Plugin::key(&manifest.name))? {
-                version_is_newer(&manifest, &current)?;
+            let current = tx.read::<Plugin>(&Plugin::key(&manifest.name))?;
+            if let Some(current) = &current {
+                version_is_newer(&manifest, current)?;
+                owned_by(developer, current)?;
             }
+            let owner = match (&current, developer) {
+                (Some(current), _) => current.owner.clone(),
+                (None, developer) => developer.cloned(),
+            };
             let plugin = Plugin {
+                owner,
                 name: manifest.name.clone(),
                 version: manifest.version.clone(),
                 manifest: manifest.clone(),

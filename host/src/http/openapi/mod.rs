@@ -17,7 +17,9 @@ use utoipa::openapi::{RefOr, ResponseBuilder};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{admin, customers, health, middleware, notifications, orders, products, v1, webhooks};
+use super::{
+    admin, customers, developer, health, middleware, notifications, orders, products, v1, webhooks,
+};
 
 /// The API description.
 #[derive(OpenApi)]
@@ -61,6 +63,7 @@ kept 30 days from the event, then purged."
         admin::publish_plugin, admin::list_plugins, admin::get_plugin,
         admin::install, admin::list_installations, admin::get_installation, admin::uninstall, admin::upgrade,
         admin::list_mail, admin::invite_owner, admin::invite_developer,
+        developer::publish, developer::list, developer::invocation,
         notifications::send_notification, notifications::get_notification,
         notifications::list_banners, notifications::dismiss_banner, notifications::list_feed,
         notifications::list_outbox, notifications::list_messages, notifications::get_message,
@@ -80,6 +83,7 @@ kept 30 days from the event, then purged."
         (name = "webhooks", description = "Webhook subscriptions, replay and delivery logs"),
         (name = "notifications", description = "Outbound messages on six channels: `email`, `sms`, `whatsapp` and `push` render one of the plugin's templates for a recipient and go out through the merchant's connected sender, counted against the store's daily quota (email 200, sms 50, whatsapp 20, push 1000 by default; the day is the UTC calendar day); `banner` shows on the merchant dashboard, `feed` posts a card (one per plugin per store per rolling 24 hours). Over quota: 429 `quota_exceeded` with `Retry-After`, and nothing is queued. Sending needs no scope; the plugin never sees a customer's address."),
         (name = "operator", description = "Operator API, behind the admin token"),
+        (name = "developer", description = "Developer API (`/dev/v1`), behind a developer's API key (`chk_…`, made in the developer console at `/developer`)"),
     )
 )]
 pub struct ApiDoc;
@@ -93,6 +97,7 @@ impl Modify for Security {
             || SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build());
         components.add_security_scheme("project_token", bearer());
         components.add_security_scheme("admin_token", bearer());
+        components.add_security_scheme("developer_key", bearer());
     }
 }
 
@@ -103,7 +108,8 @@ impl Modify for Errors {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         for (path, item) in openapi.paths.paths.iter_mut() {
             let plugin_api = path.starts_with("/v1/");
-            let authenticated = plugin_api || path.starts_with("/admin/v1/");
+            let authenticated =
+                plugin_api || path.starts_with("/admin/v1/") || path.starts_with("/dev/v1/");
             let names_a_record = path.contains('{');
             let operations = [
                 (true, &mut item.get),
@@ -190,16 +196,37 @@ fn document(operation: &mut Operation, statuses: &[(&str, &str)]) {
     }
 }
 
-/// The two documents, built once: the plugins' API and the operator API.
-fn documents() -> &'static (serde_json::Value, serde_json::Value) {
-    static DOCUMENTS: OnceLock<(serde_json::Value, serde_json::Value)> = OnceLock::new();
+/// The API a path belongs to, each with a document of its own.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Api {
+    /// `/v1`, the probes and `/metrics`.
+    Plugins,
+    /// `/admin/v1`.
+    Operator,
+    /// `/dev/v1`.
+    Developer,
+}
+
+impl Api {
+    fn of(path: &str) -> Self {
+        if path.starts_with("/admin/v1/") {
+            Self::Operator
+        } else if path.starts_with("/dev/v1/") {
+            Self::Developer
+        } else {
+            Self::Plugins
+        }
+    }
+}
+
+/// The three documents, built once: the plugins' API, the operator API, the developer API.
+fn documents() -> &'static [serde_json::Value; 3] {
+    static DOCUMENTS: OnceLock<[serde_json::Value; 3]> = OnceLock::new();
     DOCUMENTS.get_or_init(|| {
         let whole = ApiDoc::openapi();
-        let part = |operator: bool| {
+        let part = |api: Api| {
             let mut doc = whole.clone();
-            doc.paths
-                .paths
-                .retain(|path, _| path.starts_with("/admin/v1/") == operator);
+            doc.paths.paths.retain(|path, _| Api::of(path) == api);
             let used: std::collections::BTreeSet<String> = doc
                 .paths
                 .paths
@@ -214,28 +241,47 @@ fn documents() -> &'static (serde_json::Value, serde_json::Value) {
             if let Some(tags) = &mut doc.tags {
                 tags.retain(|t| used.contains(&t.name));
             }
-            if operator {
-                doc.info.title = "commerce-host operator API".to_owned();
-                doc.info.description = Some(
-                    "The operator's API, behind the admin token (`Authorization: Bearer <admin token>`): stores, plugins, installations, the store's events, payments, senders and templates, the host's mail. Errors, pagination and limits follow the conventions of the plugins' API (`/v1/openapi.json`).".to_owned(),
-                );
+            match api {
+                Api::Plugins => {}
+                Api::Operator => {
+                    doc.info.title = "commerce-host operator API".to_owned();
+                    doc.info.description = Some(
+                        "The operator's API, behind the admin token (`Authorization: Bearer <admin token>`): stores, plugins, installations, the store's events, payments, senders and templates, the host's mail, invitations. Errors, pagination and limits follow the conventions of the plugins' API (`/v1/openapi.json`).".to_owned(),
+                    );
+                }
+                Api::Developer => {
+                    doc.info.title = "commerce-host developer API".to_owned();
+                    doc.info.description = Some(
+                        "A plugin developer's API, behind their API key (`Authorization: Bearer chk_…`, made in the developer console at `/developer`): publishing their plugins, and the inputs of their components' invocations for `plugin run --replay`. Errors follow the conventions of the plugins' API (`/v1/openapi.json`).".to_owned(),
+                    );
+                }
             }
             let mut doc = serde_json::to_value(&doc).unwrap_or(serde_json::Value::Null);
             refine::refine(&mut doc);
             doc
         };
-        (part(false), part(true))
+        [part(Api::Plugins), part(Api::Operator), part(Api::Developer)]
     })
 }
 
 /// The plugins' API document (`/v1`, the probes and `/metrics`).
 pub fn plugin_api() -> &'static serde_json::Value {
-    &documents().0
+    &documents()[0]
 }
 
 /// The operator API document (`/admin/v1`).
 pub fn operator_api() -> &'static serde_json::Value {
-    &documents().1
+    &documents()[1]
+}
+
+/// The developer API document (`/dev/v1`).
+pub fn developer_api() -> &'static serde_json::Value {
+    &documents()[2]
+}
+
+/// `GET /dev/v1/openapi.json` (no key needed).
+pub async fn serve_developer() -> axum::Json<&'static serde_json::Value> {
+    axum::Json(developer_api())
 }
 
 /// `GET /v1/openapi.json` (no token needed).

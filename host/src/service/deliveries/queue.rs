@@ -19,6 +19,7 @@ use crate::model::delivery::{
 use crate::model::error::{Error, Result};
 use crate::model::event::{Cause, Event, OUTBOX_PREFIX, OutboxEntry, event_key};
 use crate::model::ids::AttemptId;
+use crate::model::log::{InvocationRecord, invocation_key};
 use crate::service::Service;
 use crate::service::mail::{MailRoute, queue_mail};
 use crate::storage::{Db, Tx};
@@ -212,6 +213,15 @@ pub fn record_attempt(
         logs: outcome.logs.clone(),
     };
     tx.write(&attempt_key(&d.store_id, &d.target, &attempt.id), &attempt)?;
+    if let (TargetRef::Component(installation), Some(recording)) = (&d.target, &outcome.recording) {
+        let kept = InvocationRecord {
+            store_id: d.store_id.clone(),
+            installation_id: installation.clone(),
+            event_id: d.event_id.clone(),
+            recording: (**recording).clone(),
+        };
+        tx.write(&invocation_key(&attempt.id), &kept)?;
+    }
     d.attempt_ids.push(attempt.id);
     d.attempts += 1;
     let mut paused = None;
@@ -307,6 +317,9 @@ fn purge_delivery(tx: &mut Tx<'_>, expiry: &Expiry, target: &TargetRef) -> Resul
     };
     for id in &d.attempt_ids {
         tx.remove(&attempt_key(&d.store_id, &d.target, id))?;
+        if matches!(d.target, TargetRef::Component(_)) {
+            tx.remove(&invocation_key(id))?;
+        }
     }
     if let Some(at) = d.next_attempt_at {
         tx.remove(&d.due_key(at))?;

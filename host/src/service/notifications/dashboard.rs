@@ -103,6 +103,29 @@ impl Service {
         })
     }
 
+    /// What a message says, in a line, for the merchant's list of sent messages: an email's
+    /// subject, a push's title, the start of a text, or the title of a banner or feed card.
+    pub fn message_summary(&self, store: &StoreId, message: &Message) -> Result<String> {
+        let id = &message.notification.id;
+        let summary = match message.notification.channel {
+            Channel::Banner => self
+                .db
+                .read::<Banner>(&Banner::key(store, id))?
+                .map(|b| b.title),
+            Channel::Feed => self
+                .db
+                .read::<FeedCard>(&FeedCard::key(store, id))?
+                .map(|c| c.title),
+            _ => message.content.as_ref().map(|c| {
+                c.subject
+                    .clone()
+                    .or_else(|| c.title.clone())
+                    .unwrap_or_else(|| c.body.chars().take(120).collect())
+            }),
+        };
+        Ok(summary.unwrap_or_default())
+    }
+
     /// A store's messages, newest first, with their resolved address, content and delivery state
     /// (operator API). The outbox is `status=outbox`.
     pub fn messages(

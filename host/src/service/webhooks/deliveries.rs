@@ -6,7 +6,8 @@ use jiff::Timestamp;
 
 use super::paused_conflict;
 use crate::model::delivery::{
-    Attempt, Delivery, DeliveryStatus, TargetRef, attempts_prefix, deliveries_prefix, delivery_key,
+    Attempt, Delivery, DeliveryStatus, TargetRef, attempt_key, attempts_prefix, deliveries_prefix,
+    delivery_key,
 };
 use crate::model::error::{Error, Result};
 use crate::model::event::{Event, event_key};
@@ -15,6 +16,20 @@ use crate::model::webhook::{DeliveryFilter, ReplayRequest, ReplayResult, Webhook
 use crate::service::Service;
 use crate::service::auth::Actor;
 use crate::service::pagination::{Listing, Page, PageRequest};
+
+/// The `status` filter of a delivery listing: none, or `pending`, `succeeded`, `failed`.
+pub fn status_filter(status: Option<&str>) -> Result<Option<DeliveryStatus>> {
+    match status {
+        None => Ok(None),
+        Some("pending") => Ok(Some(DeliveryStatus::Pending)),
+        Some("succeeded") => Ok(Some(DeliveryStatus::Succeeded)),
+        Some("failed") => Ok(Some(DeliveryStatus::Failed)),
+        Some(other) => Err(Error::invalid(
+            "status",
+            format!("`{other}` is not one of pending, succeeded, failed"),
+        )),
+    }
+}
 
 impl Service {
     /// Queues failed and pending deliveries of an active subscription again, due now, with a
@@ -164,23 +179,23 @@ impl Service {
         filter: &DeliveryFilter,
     ) -> Result<Page<Delivery>> {
         let sub = self.own_subscription(actor, id)?;
-        let status = match filter.status.as_deref() {
-            None => None,
-            Some("pending") => Some(DeliveryStatus::Pending),
-            Some("succeeded") => Some(DeliveryStatus::Succeeded),
-            Some("failed") => Some(DeliveryStatus::Failed),
-            Some(other) => {
-                return Err(Error::invalid(
-                    "status",
-                    format!("`{other}` is not one of pending, succeeded, failed"),
-                ));
-            }
-        };
+        let status = status_filter(filter.status.as_deref())?;
+        self.list_target_deliveries(&sub.store_id, &sub.target(), status, filter)
+    }
+
+    /// A target's deliveries (webhook or component), newest event first, of one status or all.
+    pub fn list_target_deliveries(
+        &self,
+        store: &StoreId,
+        target: &TargetRef,
+        status: Option<DeliveryStatus>,
+        filter: &DeliveryFilter,
+    ) -> Result<Page<Delivery>> {
         let page = PageRequest::parse(&crate::service::PageParams {
             limit: filter.limit.clone(),
             cursor: filter.cursor.clone(),
         })?;
-        let prefix = deliveries_prefix(&sub.store_id, &sub.target());
+        let prefix = deliveries_prefix(store, target);
         let list_id = format!("{prefix}?status={:?}", status);
         Listing {
             prefix: &prefix,
@@ -190,6 +205,27 @@ impl Service {
         .page(&self.db, &self.cursors, &page, |d: &Delivery| {
             status.is_none_or(|s| d.status == s)
         })
+    }
+
+    /// One delivery to a target and its attempts, oldest first (at most the last 100).
+    pub fn target_delivery(
+        &self,
+        store: &StoreId,
+        target: &TargetRef,
+        event: &crate::model::ids::EventId,
+    ) -> Result<(Delivery, Vec<Attempt>)> {
+        let delivery: Delivery = self
+            .db
+            .read(&delivery_key(store, target, event))?
+            .ok_or_else(|| Error::not_found("delivery", event))?;
+        let skip = delivery.attempt_ids.len().saturating_sub(100);
+        let mut attempts = Vec::new();
+        for id in &delivery.attempt_ids[skip..] {
+            if let Some(a) = self.db.read::<Attempt>(&attempt_key(store, target, id))? {
+                attempts.push(a);
+            }
+        }
+        Ok((delivery, attempts))
     }
 
     /// The event a delivery carries, if it has not expired.

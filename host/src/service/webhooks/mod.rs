@@ -9,6 +9,7 @@
 //! - [`test_events`]: synthetic test events and their example data.
 
 mod deliveries;
+pub use deliveries::status_filter;
 mod subscriptions;
 mod test_events;
 
