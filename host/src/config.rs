@@ -24,6 +24,10 @@ pub struct Config {
     pub plugin_limits: crate::service::limits::LimitPolicy,
     /// Flush storage on every write transaction (an acknowledged write survives `kill -9`).
     pub durable_writes: bool,
+    /// PostgreSQL instead of sled in the data folder: `postgres://user@host:port/db`.
+    pub database_url: Option<String>,
+    /// Connections to PostgreSQL at most.
+    pub database_pool_size: u32,
     /// How often (real time) housekeeping runs: retention purges compare against `clock`.
     pub maintenance_interval: std::time::Duration,
     /// How long a shutdown waits for in-flight requests, delivery attempts and messages before it
@@ -65,6 +69,8 @@ impl Config {
             plugin_runtime: crate::plugins::RuntimeConfig::default(),
             plugin_limits: crate::service::limits::LimitPolicy::default(),
             durable_writes: true,
+            database_url: None,
+            database_pool_size: 16,
             maintenance_interval: std::time::Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(30),
             webhook_allow_networks: Vec::new(),

@@ -29,8 +29,13 @@ pub fn open_service(config: &Config) -> anyhow::Result<Service> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating {}", config.data_dir.display()))?;
     let admin_token = config.resolve_admin_token()?;
-    let db = storage::Db::open_sled(&config.data_dir.join("db"), config.durable_writes)
-        .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    let db = match &config.database_url {
+        Some(url) => {
+            storage::Db::open_postgres(url, config.database_pool_size, config.durable_writes)
+        }
+        None => storage::Db::open_sled(&config.data_dir.join("db"), config.durable_writes),
+    }
+    .map_err(|e| anyhow::anyhow!("{e:#}"))?;
     let options = service::Options {
         allow_networks: config.webhook_allow_networks.clone(),
         plugin_limits: config.plugin_limits.clone(),

@@ -141,7 +141,7 @@ impl TestHost {
     }
 
     async fn start_with(data: Arc<tempfile::TempDir>, clock: ManualClock, adjust: Adjust) -> Self {
-        let mut config = Config::new(data.path());
+        let mut config = test_config(data.path());
         config.admin_token = Some(ADMIN_TOKEN.to_owned());
         config.clock = Arc::new(clock.clone());
         adjust(&mut config);
@@ -452,7 +452,13 @@ pub async fn spawn_binary_with_log(
     log: std::process::Stdio,
 ) -> (std::process::Child, String) {
     use std::io::{BufRead, BufReader};
-    let mut child = std::process::Command::new(binary)
+    let mut command = std::process::Command::new(binary);
+    if let Some(url) = test_database(data) {
+        command
+            .env("COMMERCE_HOST_DATABASE_URL", url)
+            .env("COMMERCE_HOST_DATABASE_POOL_SIZE", "4");
+    }
+    let mut child = command
         .args(["serve", "--listen", "127.0.0.1:0", "--data"])
         .arg(data)
         .env("COMMERCE_HOST_ADMIN_TOKEN", ADMIN_TOKEN)
@@ -481,6 +487,38 @@ pub async fn spawn_binary_with_log(
     .await
     .expect("reader");
     (child, base)
+}
+
+/// The variable that runs the suite on PostgreSQL: the URL of a server (any database its user
+/// may connect to) on which each host under test gets a fresh database of its own.
+pub const TEST_DATABASE_URL: &str = "COMMERCE_HOST_TEST_DATABASE_URL";
+
+/// With [`TEST_DATABASE_URL`] set, the PostgreSQL database of the host whose data folder is
+/// `data`: made on first use and remembered in the folder (`test-database-url`), so that a
+/// restarted host finds its records again, as a restarted sled host finds its folder. `None`
+/// runs the host on sled.
+pub fn test_database(data: &std::path::Path) -> Option<String> {
+    let server = std::env::var(TEST_DATABASE_URL)
+        .ok()
+        .filter(|u| !u.is_empty())?;
+    let remembered = data.join("test-database-url");
+    if let Ok(url) = std::fs::read_to_string(&remembered) {
+        return Some(url);
+    }
+    let url = commerce_host::storage::postgres::fresh_database(&server)
+        .expect("a fresh test database on COMMERCE_HOST_TEST_DATABASE_URL");
+    std::fs::create_dir_all(data).expect("the data folder");
+    std::fs::write(&remembered, &url).expect("remember the test database");
+    Some(url)
+}
+
+/// A host's configuration for the data folder `data`, on the backend the suite runs on (see
+/// [`test_database`]).
+pub fn test_config(data: &std::path::Path) -> Config {
+    let mut config = Config::new(data);
+    config.database_url = test_database(data);
+    config.database_pool_size = 4;
+    config
 }
 
 /// Every scope.

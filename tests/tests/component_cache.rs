@@ -40,7 +40,7 @@ fn manifest(name: &str, version: &str) -> Manifest {
 impl Host {
     fn start(adjust: impl FnOnce(&mut RuntimeConfig)) -> Self {
         let data = tempfile::tempdir().expect("temp dir");
-        let mut config = commerce_host::Config::new(data.path());
+        let mut config = commerce_host_tests::test_config(data.path());
         config.admin_token = Some("component-cache-admin-token-0123".to_owned());
         config.durable_writes = false;
         adjust(&mut config.plugin_runtime);

@@ -6,7 +6,6 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use commerce_host::Config;
 use commerce_host::service::Scope;
 use commerce_host::service::idempotency::{Begin, fingerprint};
 use commerce_host_tests::{ADMIN_TOKEN, ALL_SCOPES, Reply, TestHost};
@@ -200,7 +199,7 @@ async fn a_key_left_in_progress_by_a_crash_can_be_retried_after_the_restart() {
     host.stop().await;
     // What a host killed in the middle of the request leaves behind: the key claimed, no answer.
     {
-        let mut config = Config::new(host.data_dir());
+        let mut config = commerce_host_tests::test_config(&host.data_dir());
         config.admin_token = Some(ADMIN_TOKEN.to_owned());
         config.clock = Arc::new(host.clock.clone());
         let service = commerce_host::open_service(&config).expect("open the data folder");

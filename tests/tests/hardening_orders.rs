@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use commerce_host::Config;
 use commerce_host::model::clock::ManualClock;
 use commerce_host::model::error::Error;
 use commerce_host::model::ids::{InstallationId, ProductId, VariantId};
@@ -665,7 +664,7 @@ const STOCK: i64 = 20;
 impl World {
     fn new() -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut config = Config::new(dir.path());
+        let mut config = commerce_host_tests::test_config(dir.path());
         config.admin_token = Some("prop-admin-token-0123456789".to_owned());
         config.durable_writes = false;
         // A manual clock: stored times keep milliseconds, so a response equals its stored record.

@@ -275,7 +275,7 @@ fn the_delivery_engines_invocations_record_host_calls_without_argument_summaries
     use commerce_host::service::PageRequest;
 
     let data = tempfile::tempdir().expect("temp dir");
-    let mut config = commerce_host::Config::new(data.path());
+    let mut config = commerce_host_tests::test_config(data.path());
     config.admin_token = Some("plugin-run-admin-token-0123456789".to_owned());
     let service = commerce_host::open_service(&config).expect("a service");
     let plugins = Plugins::new(

@@ -126,7 +126,7 @@ async fn concurrent_patches_leave_one_of_them_whole_never_a_mix_of_both() {
 
 /// A service over a fresh data folder, without a server: what the CLI and the engine use.
 fn bare_service(data: &std::path::Path) -> commerce_host::Service {
-    let mut config = commerce_host::Config::new(data);
+    let mut config = commerce_host_tests::test_config(data);
     config.admin_token = Some(ADMIN_TOKEN.to_owned());
     config.durable_writes = false;
     commerce_host::open_service(&config).expect("a service")

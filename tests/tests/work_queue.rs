@@ -250,7 +250,10 @@ async fn a_pause_notice_that_finds_the_smtp_server_down_is_retried_until_it_is_s
 /// Rewrites every work queue entry of the stopped host's data folder in the format of the
 /// queues before the work queue; returns how many.
 fn rewrite_as_legacy_queues(data: &Path) -> usize {
-    let db = Db::open_sled(&data.join("db"), true).expect("open the data folder");
+    let db = match commerce_host_tests::test_database(data) {
+        Some(url) => Db::open_postgres(&url, 2, true).expect("open the database"),
+        None => Db::open_sled(&data.join("db"), true).expect("open the data folder"),
+    };
     let entries: Vec<(String, Value)> = db.list("work/", None, false, 100).expect("list");
     db.tx(|tx| {
         for (key, work) in &entries {

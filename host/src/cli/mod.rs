@@ -70,6 +70,13 @@ struct ServeArgs {
     /// Data folder (database, generated admin token, compiled plugins).
     #[arg(long, env = "COMMERCE_HOST_DATA", default_value = "./data")]
     data: PathBuf,
+    /// PostgreSQL instead of the embedded database (`postgres://user@host:port/db`): several
+    /// hosts may share it. The schema is created or migrated at start.
+    #[arg(long, env = "COMMERCE_HOST_DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
+    /// Connections to PostgreSQL at most.
+    #[arg(long, env = "COMMERCE_HOST_DATABASE_POOL_SIZE", default_value_t = 16)]
+    database_pool_size: u32,
     /// Operator admin token; generated into <data>/admin-token when not set.
     #[arg(long, env = "COMMERCE_HOST_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
@@ -172,6 +179,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         config.mail_from = from;
     }
     config.public_url = args.public_url.filter(|u| !u.trim().is_empty());
+    config.database_url = args.database_url.filter(|u| !u.trim().is_empty());
+    config.database_pool_size = args.database_pool_size;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;

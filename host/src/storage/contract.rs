@@ -1,0 +1,133 @@
+//! What every [`Storage`] backend promises, tested once against each: sled always, PostgreSQL when
+//! `COMMERCE_HOST_TEST_DATABASE_URL` names a server (each test in a fresh database of its own).
+//!
+//! - A transaction's writes are committed together or not at all; an error from the closure
+//!   aborts it and leaves nothing behind.
+//! - Inside a transaction, reads see the transaction's own writes and removals.
+//! - Transactions are serializable: concurrent read-modify-write transactions on one key lose no
+//!   update (the backend runs a loser again).
+//! - Scans (outside transactions: sled has none inside) return keys under the prefix only, in
+//!   byte order, ascending or descending, strictly after the cursor, at most `limit`.
+//! - Values come back as written (JSON; PostgreSQL keeps them as `jsonb`, so whitespace and key
+//!   order are not kept: the typed layer never depends on them).
+
+use std::sync::Arc;
+
+use super::{Db, Storage};
+
+/// A fresh database on the PostgreSQL server of `COMMERCE_HOST_TEST_DATABASE_URL`, if set.
+pub fn fresh_postgres() -> Option<Arc<dyn Storage>> {
+    let url = std::env::var("COMMERCE_HOST_TEST_DATABASE_URL").ok()?;
+    let url = crate::storage::postgres::fresh_database(&url).expect("a fresh test database");
+    Some(Arc::new(
+        crate::storage::postgres::PgStorage::connect(&url, 8).expect("connect"),
+    ))
+}
+
+/// Runs `check` against each backend available.
+fn each_backend(check: impl Fn(&str, Db)) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let sled = Db::open_sled(dir.path(), false).expect("sled");
+    check("sled", sled);
+    if let Some(pg) = fresh_postgres() {
+        check("postgres", Db::new(pg, true));
+    }
+}
+
+#[test]
+fn a_failed_transaction_leaves_nothing_and_a_transaction_sees_its_own_writes() {
+    each_backend(|backend, db| {
+        db.tx(|tx| tx.write("k/kept", &1)).expect("write");
+        let failed: crate::model::error::Result<()> = db.tx(|tx| {
+            tx.write("k/a", &1)?;
+            tx.remove("k/kept")?;
+            Err(crate::Error::invalid("x", "aborted on purpose"))
+        });
+        assert!(failed.is_err(), "{backend}");
+        assert_eq!(db.read::<i32>("k/a").expect("read"), None, "{backend}");
+        assert_eq!(
+            db.read::<i32>("k/kept").expect("read"),
+            Some(1),
+            "{backend}"
+        );
+
+        let seen = db
+            .tx(|tx| {
+                tx.write("k/b", &2)?;
+                let own = tx.read::<i32>("k/b")?;
+                tx.remove("k/kept")?;
+                let removed = tx.read::<i32>("k/kept")?;
+                Ok((own, removed))
+            })
+            .expect("tx");
+        assert_eq!(seen, (Some(2), None), "{backend}");
+        assert_eq!(db.read::<i32>("k/kept").expect("read"), None, "{backend}");
+    });
+}
+
+#[test]
+fn concurrent_read_modify_write_transactions_lose_no_update() {
+    each_backend(|backend, db| {
+        db.tx(|tx| tx.write("counter", &0u64)).expect("init");
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let db = db.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..25 {
+                        db.tx(|tx| {
+                            let n: u64 = tx.read("counter")?.unwrap_or(0);
+                            tx.write("counter", &(n + 1))
+                        })
+                        .expect("increment");
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("thread");
+        }
+        assert_eq!(
+            db.read::<u64>("counter").expect("read"),
+            Some(100),
+            "{backend}"
+        );
+    });
+}
+
+#[test]
+fn scans_keep_to_the_prefix_in_byte_order_after_the_cursor() {
+    each_backend(|backend, db| {
+        db.tx(|tx| {
+            for k in ["a/1", "a/2", "a/10", "a/B", "a/b", "a-", "ab/1", "a", "b/1"] {
+                tx.write(k, &serde_json::json!({"key": k, "n": [1, 2]}))?;
+            }
+            Ok(())
+        })
+        .expect("write");
+        let keys = |after: Option<&str>, reverse, limit| {
+            db.list::<serde_json::Value>("a/", after, reverse, limit)
+                .expect("list")
+                .into_iter()
+                .map(|(k, v)| {
+                    assert_eq!(v["key"], k.as_str());
+                    k
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            keys(None, false, 10),
+            ["a/1", "a/10", "a/2", "a/B", "a/b"],
+            "{backend}"
+        );
+        assert_eq!(keys(Some("a/10"), false, 2), ["a/2", "a/B"], "{backend}");
+        assert_eq!(keys(None, true, 2), ["a/b", "a/B"], "{backend}");
+        assert_eq!(keys(Some("a/2"), true, 10), ["a/10", "a/1"], "{backend}");
+        assert!(keys(Some("a/b"), false, 10).is_empty(), "{backend}");
+        let value: serde_json::Value = db.read("a/2").expect("read").expect("there");
+        assert_eq!(
+            value,
+            serde_json::json!({"n": [1, 2], "key": "a/2"}),
+            "{backend}"
+        );
+    });
+}

@@ -1,0 +1,536 @@
+//! The PostgreSQL backend of [`Storage`]: one table of keys and JSON values, serializable
+//! transactions retried on conflict, a pool of connections, and the schema created and migrated
+//! at start by versioned migrations (refinery; `host/migrations/`).
+//!
+//! Records stay readable with plain SQL: `SELECT key, value FROM records WHERE key LIKE
+//! 'order/store_…/%'` shows a store's orders as `jsonb`. Keys sort byte-wise (`COLLATE "C"`),
+//! as sled's do, so that scans come back in the same order on both backends.
+//!
+//! Each connection lives on a thread of its own (the blocking `postgres` client drives its own
+//! small runtime, which must not run inside the host's); a caller hands it a statement and waits
+//! for the answer on a channel, so a call works from any thread, and a transaction keeps one
+//! connection (one thread) from `BEGIN` to `COMMIT`. The service layer runs on the blocking pool,
+//! so these waits never hold the async runtime's workers.
+
+use std::sync::mpsc;
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
+
+use postgres::error::SqlState;
+use postgres::{Client, NoTls};
+
+use super::{Entry, Storage, Txn};
+use crate::model::error::{Error, Result};
+
+mod embedded {
+    refinery::embed_migrations!("migrations");
+}
+
+/// How often a transaction that lost a serialization conflict is run again before the conflict
+/// is answered as an error.
+const MAX_ATTEMPTS: u32 = 32;
+
+/// How long a caller waits for a free connection before the call fails.
+const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The PostgreSQL backend.
+pub struct PgStorage {
+    pool: Pool,
+}
+
+impl std::fmt::Debug for PgStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStorage").finish_non_exhaustive()
+    }
+}
+
+fn internal(context: &str, e: impl std::fmt::Display) -> Error {
+    Error::Internal(anyhow::anyhow!("{context}: {e}"))
+}
+
+/// Whether `e` is a conflict that running the transaction again may not meet.
+fn retryable(e: &postgres::Error) -> bool {
+    matches!(
+        e.code(),
+        Some(&SqlState::T_R_SERIALIZATION_FAILURE) | Some(&SqlState::T_R_DEADLOCK_DETECTED)
+    )
+}
+
+/// The exclusive upper bound of the keys that start with `prefix` (byte order): every such key
+/// sorts below `prefix` followed by U+10FFFF, whose UTF-8 bytes no key of ours contains.
+fn prefix_end(prefix: &str) -> String {
+    let mut end = prefix.to_owned();
+    end.push(char::MAX);
+    end
+}
+
+fn text(bytes: &[u8], what: &str) -> Result<String> {
+    String::from_utf8(bytes.to_vec()).map_err(|e| internal(what, e))
+}
+
+type Job = Box<dyn FnOnce(&mut Client) + Send>;
+
+/// One connection, on its own thread.
+struct Connection {
+    jobs: mpsc::Sender<Job>,
+}
+
+impl Connection {
+    fn open(config: postgres::Config, what: String) -> Result<Self> {
+        let (jobs, queue) = mpsc::channel::<Job>();
+        let (ready, opened) = mpsc::sync_channel(1);
+        std::thread::Builder::new()
+            .name("postgres".into())
+            .spawn(move || {
+                let mut client = match config.connect(NoTls) {
+                    Ok(client) => {
+                        let _ = ready.send(Ok(()));
+                        client
+                    }
+                    Err(e) => {
+                        let _ = ready.send(Err(e));
+                        return;
+                    }
+                };
+                for job in queue {
+                    job(&mut client);
+                    if client.is_closed() {
+                        return;
+                    }
+                }
+            })
+            .map_err(|e| internal("starting a database connection's thread", e))?;
+        opened
+            .recv()
+            .map_err(|e| internal(&what, e))?
+            .map_err(|e| internal(&what, e))?;
+        Ok(Self { jobs })
+    }
+
+    /// Runs `f` on the connection's thread and returns what it returns.
+    fn call<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Client) -> R + Send + 'static,
+    ) -> Result<R> {
+        let (reply, answer) = mpsc::sync_channel(1);
+        self.jobs
+            .send(Box::new(move |client| {
+                let _ = reply.send(f(client));
+            }))
+            .map_err(|_| internal("the database", "the connection was lost"))?;
+        answer
+            .recv()
+            .map_err(|_| internal("the database", "the connection was lost"))
+    }
+}
+
+/// At most `size` connections, opened when first needed and kept.
+struct Pool {
+    config: postgres::Config,
+    what: String,
+    size: usize,
+    state: Mutex<PoolState>,
+    returned: Condvar,
+}
+
+struct PoolState {
+    idle: Vec<Connection>,
+    open: usize,
+}
+
+/// A connection taken from the pool, given back when dropped (unless it broke).
+struct Lease<'a> {
+    pool: &'a Pool,
+    connection: Option<Connection>,
+    broken: bool,
+}
+
+impl Lease<'_> {
+    fn call<R: Send + 'static>(
+        &mut self,
+        f: impl FnOnce(&mut Client) -> R + Send + 'static,
+    ) -> Result<R> {
+        let Some(connection) = &self.connection else {
+            return Err(internal("the database", "no connection"));
+        };
+        let answer = connection.call(f);
+        if answer.is_err() {
+            self.broken = true;
+        }
+        answer
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        let mut state = self.pool.lock();
+        match self.connection.take() {
+            Some(connection) if !self.broken => state.idle.push(connection),
+            _ => state.open -= 1,
+        }
+        drop(state);
+        self.pool.returned.notify_one();
+    }
+}
+
+impl Pool {
+    fn lock(&self) -> std::sync::MutexGuard<'_, PoolState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn get(&self) -> Result<Lease<'_>> {
+        let deadline = std::time::Instant::now() + CHECKOUT_TIMEOUT;
+        let mut state = self.lock();
+        loop {
+            if let Some(connection) = state.idle.pop() {
+                return Ok(Lease {
+                    pool: self,
+                    connection: Some(connection),
+                    broken: false,
+                });
+            }
+            if state.open < self.size {
+                state.open += 1;
+                drop(state);
+                return match Connection::open(self.config.clone(), self.what.clone()) {
+                    Ok(connection) => Ok(Lease {
+                        pool: self,
+                        connection: Some(connection),
+                        broken: false,
+                    }),
+                    Err(e) => {
+                        self.lock().open -= 1;
+                        Err(e)
+                    }
+                };
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return Err(internal(
+                    "the database",
+                    format!(
+                        "no free connection within {} s (--database-pool-size {})",
+                        CHECKOUT_TIMEOUT.as_secs(),
+                        self.size
+                    ),
+                ));
+            }
+            state = self
+                .returned
+                .wait_timeout(state, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+}
+
+impl PgStorage {
+    /// Connects to `url` (`postgres://user@host:port/db`) with a pool of at most `pool_size`
+    /// connections, then creates or migrates the schema. A database whose schema is newer than
+    /// this build knows is refused, saying so.
+    pub fn connect(url: &str, pool_size: u32) -> Result<Self> {
+        let config: postgres::Config = url
+            .parse()
+            .map_err(|e| internal("the database URL (--database-url)", e))?;
+        let pool = Pool {
+            config,
+            what: format!("connecting to {}", redact(url)),
+            size: usize::try_from(pool_size.max(1)).unwrap_or(1),
+            state: Mutex::new(PoolState {
+                idle: Vec::new(),
+                open: 0,
+            }),
+            returned: Condvar::new(),
+        };
+        pool.get()?.call(migrate)??;
+        Ok(Self { pool })
+    }
+}
+
+/// `url` without its password, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let user = &url[scheme + 3..at];
+            let user = user.split(':').next().unwrap_or_default();
+            format!("{}{user}@{}", &url[..scheme + 3], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// Applies the migrations this build has and the database lacks; refuses a database that has
+/// migrations this build does not know (a newer host migrated it).
+fn migrate(client: &mut postgres::Client) -> Result<()> {
+    // One host migrates at a time; the others wait, then find the schema current.
+    client
+        .execute("SELECT pg_advisory_lock(7212026)", &[])
+        .map_err(|e| internal("locking the schema for migration", e))?;
+    let migrated = migrate_locked(client);
+    let _ = client.execute("SELECT pg_advisory_unlock(7212026)", &[]);
+    migrated
+}
+
+fn migrate_locked(client: &mut postgres::Client) -> Result<()> {
+    let runner = embedded::migrations::runner();
+    let known = runner.get_migrations().iter().map(|m| m.version()).max();
+    let history: Option<String> = client
+        .query_one("SELECT to_regclass('refinery_schema_history')::text", &[])
+        .map_err(|e| internal("reading the schema's version", e))?
+        .get(0);
+    if history.is_some()
+        && let Some(applied) = runner
+            .get_last_applied_migration(client)
+            .map_err(|e| internal("reading the schema's version", e))?
+        && Some(applied.version()) > known
+    {
+        return Err(Error::Internal(anyhow::anyhow!(
+            "the database's schema is at version {} ({}), newer than this host knows (up to {}): run the newer commerce-host, or restore a database of this version",
+            applied.version(),
+            applied.name(),
+            known.unwrap_or(0)
+        )));
+    }
+    runner
+        .set_abort_divergent(true)
+        .set_abort_missing(true)
+        .run(client)
+        .map_err(|e| internal("migrating the database's schema", e))?;
+    Ok(())
+}
+
+impl Storage for PgStorage {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let key = text(key, "a key")?;
+        self.pool
+            .get()?
+            .call(move |client| {
+                client.query_opt("SELECT value::text FROM records WHERE key = $1", &[&key])
+            })?
+            .map(|row| row.map(|r| r.get::<_, String>(0).into_bytes()))
+            .map_err(|e| internal("reading a record", e))
+    }
+
+    fn scan(
+        &self,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        reverse: bool,
+        limit: usize,
+    ) -> Result<Vec<Entry>> {
+        let prefix = text(prefix, "a key prefix")?;
+        let end = prefix_end(&prefix);
+        let after = after.map(|a| text(a, "a key")).transpose()?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self
+            .pool
+            .get()?
+            .call(move |client| match (after, reverse) {
+                (Some(after), false) => client.query(
+                    "SELECT key, value::text FROM records WHERE key >= $1 AND key < $2 AND key > $3 ORDER BY key LIMIT $4",
+                    &[&prefix, &end, &after, &limit],
+                ),
+                (Some(after), true) => client.query(
+                    "SELECT key, value::text FROM records WHERE key >= $1 AND key < $2 AND key < $3 ORDER BY key DESC LIMIT $4",
+                    &[&prefix, &end, &after, &limit],
+                ),
+                (None, false) => client.query(
+                    "SELECT key, value::text FROM records WHERE key >= $1 AND key < $2 ORDER BY key LIMIT $3",
+                    &[&prefix, &end, &limit],
+                ),
+                (None, true) => client.query(
+                    "SELECT key, value::text FROM records WHERE key >= $1 AND key < $2 ORDER BY key DESC LIMIT $3",
+                    &[&prefix, &end, &limit],
+                ),
+            })?
+            .map_err(|e| internal("scanning records", e))?;
+        Ok(rows
+            .into_iter()
+            .map(|r| {
+                (
+                    r.get::<_, String>(0).into_bytes(),
+                    r.get::<_, String>(1).into_bytes(),
+                )
+            })
+            .collect())
+    }
+
+    fn transact(&self, f: &mut dyn FnMut(&mut dyn Txn) -> Result<()>) -> Result<()> {
+        let mut lease = self.pool.get()?;
+        for attempt in 1..=MAX_ATTEMPTS {
+            lease
+                .call(|client| client.batch_execute("BEGIN ISOLATION LEVEL SERIALIZABLE"))?
+                .map_err(|e| internal("starting a transaction", e))?;
+            let mut txn = PgTxn {
+                lease: &mut lease,
+                conflict: false,
+            };
+            let ran = f(&mut txn);
+            let conflict = txn.conflict;
+            let retry = match ran {
+                Ok(()) => match lease.call(|client| client.batch_execute("COMMIT"))? {
+                    Ok(()) => return Ok(()),
+                    Err(e) if retryable(&e) && attempt < MAX_ATTEMPTS => true,
+                    Err(e) => {
+                        let _ = lease.call(|client| client.batch_execute("ROLLBACK"));
+                        return Err(internal("committing a transaction", e));
+                    }
+                },
+                Err(_) if conflict && attempt < MAX_ATTEMPTS => true,
+                Err(e) => {
+                    lease
+                        .call(|client| client.batch_execute("ROLLBACK"))?
+                        .map_err(|e| internal("rolling a transaction back", e))?;
+                    return Err(e);
+                }
+            };
+            if retry {
+                // The transaction lost a conflict: roll back, wait a little (longer after each
+                // conflict, so that the winners finish), and run it again.
+                lease
+                    .call(|client| client.batch_execute("ROLLBACK"))?
+                    .map_err(|e| internal("rolling a transaction back", e))?;
+                std::thread::sleep(Duration::from_micros(200 * u64::from(attempt)));
+            }
+        }
+        Err(internal(
+            "a transaction",
+            format!("it lost {MAX_ATTEMPTS} serialization conflicts in a row"),
+        ))
+    }
+
+    fn flush(&self) -> Result<()> {
+        // A committed transaction is on disk already (synchronous_commit).
+        Ok(())
+    }
+}
+
+/// A transaction in progress on one leased connection.
+struct PgTxn<'a, 'p> {
+    lease: &'a mut Lease<'p>,
+    /// Whether a statement lost a serialization conflict (the transaction is then run again).
+    conflict: bool,
+}
+
+impl PgTxn<'_, '_> {
+    fn answer<T>(
+        &mut self,
+        what: &str,
+        answer: std::result::Result<T, postgres::Error>,
+    ) -> Result<T> {
+        answer.map_err(|e| {
+            if retryable(&e) {
+                self.conflict = true;
+            }
+            internal(what, e)
+        })
+    }
+}
+
+impl Txn for PgTxn<'_, '_> {
+    fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let key = text(key, "a key")?;
+        let answer = self.lease.call(move |client| {
+            client.query_opt("SELECT value::text FROM records WHERE key = $1", &[&key])
+        })?;
+        let row = self.answer("reading a record", answer)?;
+        Ok(row.map(|r| r.get::<_, String>(0).into_bytes()))
+    }
+
+    fn put(&mut self, key: &[u8], value: Vec<u8>) -> Result<()> {
+        let key = text(key, "a key")?;
+        let value = text(&value, "a record")?;
+        let answer = self.lease.call(move |client| {
+            client.execute(
+                "INSERT INTO records (key, value) VALUES ($1, $2::text::jsonb) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                &[&key, &value],
+            )
+        })?;
+        self.answer("writing a record", answer).map(|_| ())
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<()> {
+        let key = text(key, "a key")?;
+        let answer = self
+            .lease
+            .call(move |client| client.execute("DELETE FROM records WHERE key = $1", &[&key]))?;
+        self.answer("removing a record", answer).map(|_| ())
+    }
+}
+
+/// Creates a new, empty database on the server of `url` (which names any database the user may
+/// connect to) and returns the URL of the new one: each test host gets a database of its own.
+#[doc(hidden)]
+pub fn fresh_database(url: &str) -> Result<String> {
+    let name = format!(
+        "ch_test_{}",
+        crate::model::ids::new_id_body(jiff::Timestamp::now()).to_ascii_lowercase()
+    );
+    let config: postgres::Config = url
+        .parse()
+        .map_err(|e| internal("the test database URL", e))?;
+    let create = format!("CREATE DATABASE \"{name}\"");
+    Connection::open(config, format!("connecting to {}", redact(url)))?
+        .call(move |client| client.batch_execute(&create))?
+        .map_err(|e| internal("creating a test database", e))?;
+    Ok(with_database(url, &name))
+}
+
+/// `url` naming the database `name` instead of its own.
+fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let authority_start = base.find("://").map_or(0, |i| i + 3);
+    let root = match base[authority_start..].find('/') {
+        Some(slash) => &base[..authority_start + slash],
+        None => base,
+    };
+    match query {
+        Some(q) => format!("{root}/{name}?{q}"),
+        None => format!("{root}/{name}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prefix_bound_is_above_every_key_under_the_prefix_and_below_the_next() {
+        let end = prefix_end("order/store_1/");
+        assert!("order/store_1/ord_zzzz".as_bytes() < end.as_bytes());
+        assert!("order/store_10/".as_bytes() > end.as_bytes());
+        assert!("order/store_1/".as_bytes() < end.as_bytes());
+        assert!(end.as_bytes() < "order/store_2/".as_bytes());
+    }
+
+    #[test]
+    fn a_database_url_is_shown_without_its_password() {
+        assert_eq!(
+            redact("postgres://app:s3cret@db.internal:5432/commerce"),
+            "postgres://app@db.internal:5432/commerce"
+        );
+        assert_eq!(
+            redact("postgres://app@db:5432/c"),
+            "postgres://app@db:5432/c"
+        );
+    }
+
+    #[test]
+    fn a_url_names_another_database() {
+        assert_eq!(
+            with_database("postgres://u@127.0.0.1:5433/postgres", "t1"),
+            "postgres://u@127.0.0.1:5433/t1"
+        );
+        assert_eq!(
+            with_database("postgres://u@h:5432?sslmode=disable", "t1"),
+            "postgres://u@h:5432/t1?sslmode=disable"
+        );
+        assert_eq!(
+            with_database("postgres://u@h/a/b", "t1"),
+            "postgres://u@h/t1"
+        );
+    }
+}
