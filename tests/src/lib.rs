@@ -128,6 +128,16 @@ impl TestHost {
         Self::start_with(data, ManualClock::new(start), Arc::new(adjust)).await
     }
 
+    /// Starts a second host on `other`'s database, with a data folder of its own and the same
+    /// clock: several hosts on one PostgreSQL. `None` when the suite runs on sled (a sled folder
+    /// belongs to one process).
+    pub async fn start_sharing(other: &TestHost) -> Option<Self> {
+        let url = test_database(&other.data_dir())?;
+        let data = Arc::new(tempfile::tempdir().expect("temp dir"));
+        std::fs::write(data.path().join("test-database-url"), url).expect("share the database");
+        Some(Self::start_with(data, other.clock.clone(), other.adjust.clone()).await)
+    }
+
     /// Starts a host for webhook tests: webhooks may go to 127.0.0.0/8 (where the test
     /// receivers listen), the engine polls every 10 ms, and `adjust` may change more.
     pub async fn start_for_webhooks(adjust: impl Fn(&mut Config) + Send + Sync + 'static) -> Self {

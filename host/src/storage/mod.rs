@@ -23,6 +23,10 @@ use crate::model::error::{Error, Result};
 
 pub use sled_store::SledStorage;
 
+/// What hears the announcements of other processes ([`Storage::listen`]): one message, or `None`
+/// when some may have been missed.
+pub type Listener = Arc<dyn Fn(Option<&str>) + Send + Sync>;
+
 /// One key and its value, as returned by a scan.
 pub type Entry = (Vec<u8>, Vec<u8>);
 
@@ -48,6 +52,14 @@ pub trait Storage: Send + Sync + 'static {
 
     /// Makes every committed transaction durable (survives a crash of the process or machine).
     fn flush(&self) -> Result<()>;
+
+    /// Tells `heard`, from now on, what other processes sharing this storage announce when their
+    /// transactions commit ([`Txn::announce`]), and `None` when some may have been missed (after
+    /// a lost connection): the listener must then assume that anything changed. sled belongs to
+    /// one process: there is nothing to hear.
+    fn listen(&self, heard: Listener) {
+        let _ = heard;
+    }
 }
 
 /// The operations available inside a transaction.
@@ -58,6 +70,13 @@ pub trait Txn {
     fn put(&mut self, key: &[u8], value: Vec<u8>) -> Result<()>;
     /// Removes `key`.
     fn delete(&mut self, key: &[u8]) -> Result<()>;
+
+    /// Announces `message` to the other processes sharing the storage, once (and only if) this
+    /// transaction commits. Nothing when no other process can share it (sled).
+    fn announce(&mut self, message: &str) -> Result<()> {
+        let _ = message;
+        Ok(())
+    }
 }
 
 /// A cheap, cloneable handle on the storage with typed (JSON-encoded) records.
@@ -86,13 +105,20 @@ impl std::fmt::Debug for Db {
 impl Db {
     /// Wraps a backend. With `durable`, every write transaction is flushed before it returns.
     pub fn new(inner: Arc<dyn Storage>, durable: bool) -> Self {
-        Self {
+        let db = Self {
             inner,
             durable,
             delivery: Arc::new(queue::Signal::default()),
             group: Arc::default(),
             watches: Arc::new(RwLock::new(Arc::from(Vec::new()))),
-        }
+        };
+        // What other hosts on the same database commit: their queued work wakes this engine,
+        // their changes of watched records make these copies stale.
+        let delivery = Arc::downgrade(&db.delivery);
+        let watches = Arc::downgrade(&db.watches);
+        db.inner
+            .listen(Arc::new(move |message| heard(message, &delivery, &watches)));
+        db
     }
 
     /// Counts, from now on, the committed transactions that write or remove a key under one of
@@ -233,6 +259,10 @@ impl Db {
                 touched: 0,
             };
             out = Some(f(&mut tx)?);
+            if tx.touched != 0 || tx.queued_delivery {
+                let message = announcement(&watches, tx.touched, &tx.queued);
+                tx.inner.announce(&message)?;
+            }
             queued_delivery = tx.queued_delivery;
             queued = std::mem::take(&mut tx.queued);
             must_flush = tx.flush;
@@ -263,6 +293,73 @@ impl Db {
     /// What the delivery engine waits on between polls.
     pub fn delivery_signal(&self) -> Arc<queue::Signal> {
         self.delivery.clone()
+    }
+}
+
+/// What a commit tells the other processes on the same storage: `work` (it queued work), a
+/// `q <lane> <key>` line for the earliest key it queued in each lane, and a `w <prefix>` line for
+/// each prefix of the watches it touched.
+fn announcement(watches: &[Arc<Changes>], touched: u64, queued: &queue::Queued) -> String {
+    let mut message = String::from("work");
+    for (lane, key) in queued.lanes().iter().enumerate() {
+        if let Some(key) = key {
+            message.push_str(&format!("\nq {lane} {key}"));
+        }
+    }
+    for (i, changes) in watches.iter().enumerate() {
+        if touched & watch_bit(i) != 0 {
+            for prefix in changes.prefixes.iter() {
+                message.push_str("\nw ");
+                message.push_str(&String::from_utf8_lossy(prefix));
+            }
+        }
+    }
+    message
+}
+
+/// Acts on what another process announced: wakes the delivery engine at the work it queued, and
+/// moves on the watches of the prefixes it changed. `None` (announcements may have been missed)
+/// moves on every watch and wakes the engine.
+fn heard(
+    message: Option<&str>,
+    delivery: &std::sync::Weak<queue::Signal>,
+    watches: &std::sync::Weak<RwLock<Arc<[Arc<Changes>]>>>,
+) {
+    let watches = watches
+        .upgrade()
+        .map(|w| w.read().unwrap_or_else(|e| e.into_inner()).clone());
+    let mut queued = queue::Queued::default();
+    let mut work = message.is_none();
+    for line in message.unwrap_or_default().lines() {
+        if line == "work" {
+            work = true;
+        } else if let Some((lane, key)) = line.strip_prefix("q ").and_then(|l| l.split_once(' '))
+            && let Ok(lane) = lane.parse::<usize>()
+        {
+            queued.note_lane(lane, key);
+        } else if let Some(prefix) = line.strip_prefix("w ")
+            && let Some(watches) = &watches
+        {
+            for changes in watches.iter() {
+                if changes
+                    .prefixes
+                    .iter()
+                    .any(|p| p.as_ref() == prefix.as_bytes())
+                {
+                    changes.generation.fetch_add(1, Ordering::AcqRel);
+                }
+            }
+        }
+    }
+    if message.is_none()
+        && let Some(watches) = &watches
+    {
+        for changes in watches.iter() {
+            changes.generation.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+    if work && let Some(signal) = delivery.upgrade() {
+        signal.ring_queued(&queued);
     }
 }
 

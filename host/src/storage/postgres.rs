@@ -13,7 +13,7 @@
 //! so these waits never hold the async runtime's workers.
 
 use std::sync::mpsc;
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use postgres::error::SqlState;
@@ -33,9 +33,20 @@ const MAX_ATTEMPTS: u32 = 32;
 /// How long a caller waits for a free connection before the call fails.
 const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The channel of the announcements hosts sharing a database make at each commit.
+const CHANNEL: &str = "commerce_host_changes";
+
 /// The PostgreSQL backend.
 pub struct PgStorage {
     pool: Pool,
+    /// Tells the listening thread to end when the storage is dropped.
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for PgStorage {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+    }
 }
 
 impl std::fmt::Debug for PgStorage {
@@ -243,7 +254,10 @@ impl PgStorage {
             returned: Condvar::new(),
         };
         pool.get()?.call(migrate)??;
-        Ok(Self { pool })
+        Ok(Self {
+            pool,
+            stop: Arc::default(),
+        })
     }
 }
 
@@ -403,6 +417,63 @@ impl Storage for PgStorage {
         // A committed transaction is on disk already (synchronous_commit).
         Ok(())
     }
+
+    fn listen(&self, heard: super::Listener) {
+        let config = self.pool.config.clone();
+        let stop = self.stop.clone();
+        let started = std::thread::Builder::new()
+            .name("postgres-listen".into())
+            .spawn(move || listen(config, &stop, heard.as_ref()));
+        if let Err(e) = started {
+            tracing::error!(error = %e, "the database's announcements will not be heard");
+        }
+    }
+}
+
+/// Hears the announcements of the hosts sharing the database (`LISTEN`) until `stop`; after a
+/// lost connection it connects again and tells `heard` that some may have been missed.
+fn listen(
+    config: postgres::Config,
+    stop: &std::sync::atomic::AtomicBool,
+    heard: &dyn Fn(Option<&str>),
+) {
+    use postgres::fallible_iterator::FallibleIterator as _;
+    use std::sync::atomic::Ordering;
+    let mut first = true;
+    while !stop.load(Ordering::Acquire) {
+        let mut client = match config.connect(NoTls) {
+            Ok(client) => client,
+            Err(e) => {
+                tracing::warn!(error = %e, "listening to the database: connecting again in 1 s");
+                std::thread::sleep(Duration::from_secs(1));
+                continue;
+            }
+        };
+        if let Err(e) = client.batch_execute(&format!("LISTEN {CHANNEL}")) {
+            tracing::warn!(error = %e, "listening to the database");
+            std::thread::sleep(Duration::from_secs(1));
+            continue;
+        }
+        if !first {
+            heard(None);
+        }
+        first = false;
+        loop {
+            if stop.load(Ordering::Acquire) {
+                return;
+            }
+            let mut notifications = client.notifications();
+            let mut waiting = notifications.timeout_iter(Duration::from_millis(250));
+            match waiting.next() {
+                Ok(Some(notification)) => heard(Some(notification.payload())),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "listening to the database: the connection was lost");
+                    break;
+                }
+            }
+        }
+    }
 }
 
 /// A transaction in progress on one leased connection.
@@ -455,6 +526,14 @@ impl Txn for PgTxn<'_, '_> {
             .lease
             .call(move |client| client.execute("DELETE FROM records WHERE key = $1", &[&key]))?;
         self.answer("removing a record", answer).map(|_| ())
+    }
+
+    fn announce(&mut self, message: &str) -> Result<()> {
+        let message = message.to_owned();
+        let answer = self.lease.call(move |client| {
+            client.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &message])
+        })?;
+        self.answer("announcing a change", answer).map(|_| ())
     }
 }
 

@@ -66,6 +66,20 @@ impl Signal {
 pub(super) struct Queued([Option<String>; 4]);
 
 impl Queued {
+    /// The earliest key of each lane, in lane order.
+    pub(super) fn lanes(&self) -> &[Option<String>; 4] {
+        &self.0
+    }
+
+    /// Notes `key` as queued in lane `index` (heard from another process).
+    pub(super) fn note_lane(&mut self, index: usize, key: &str) {
+        if let Some(slot) = self.0.get_mut(index)
+            && slot.as_deref().is_none_or(|s| key < s)
+        {
+            *slot = Some(key.to_owned());
+        }
+    }
+
     fn note(&mut self, kind: WorkKind, key: &str) {
         let slot = &mut self.0[lane_index(kind)];
         if slot.as_deref().is_none_or(|s| key < s) {

@@ -1,0 +1,61 @@
+//! Several hosts on one PostgreSQL database (issue 14): what one host commits, the others see and
+//! act on at once. Runs when the suite runs on PostgreSQL (`COMMERCE_HOST_TEST_DATABASE_URL`);
+//! on sled, whose folder belongs to one process, it says so and passes.
+
+use commerce_host_tests::{ALL_SCOPES, TestHost};
+use reqwest::Method;
+use serde_json::json;
+
+#[tokio::test]
+async fn a_token_issued_on_one_host_works_on_the_other_and_stops_on_both_at_uninstall() {
+    let a = TestHost::start().await;
+    let Some(b) = TestHost::start_sharing(&a).await else {
+        eprintln!(
+            "two hosts share a PostgreSQL database only: set COMMERCE_HOST_TEST_DATABASE_URL"
+        );
+        return;
+    };
+    let store = a.create_store("shared.example").await;
+    a.publish("shop", &ALL_SCOPES).await;
+    let (inst, token) = a.install(&store, "shop").await;
+
+    // Issued on one, it works on the other; what one writes, the other reads.
+    let made = b
+        .call(
+            &token,
+            Method::POST,
+            "/v1/customers",
+            Some(json!({"email": "ann@buyer.example"})),
+        )
+        .await
+        .expect(201);
+    let id = made.body["id"].as_str().expect("customer id");
+    let read = a
+        .call(&token, Method::GET, &format!("/v1/customers/{id}"), None)
+        .await
+        .expect(200);
+    assert_eq!(read.body["email"], "ann@buyer.example");
+    for host in [&a, &b] {
+        host.call(&token, Method::GET, "/v1/installation", None)
+            .await
+            .expect(200);
+    }
+
+    // Uninstalled through one, refused by both: the other drops what it kept of the token as
+    // soon as it hears of the change.
+    a.admin(
+        Method::DELETE,
+        &format!("/admin/v1/stores/{store}/installations/{inst}"),
+        None,
+    )
+    .await
+    .expect(204);
+    a.call(&token, Method::GET, "/v1/installation", None)
+        .await
+        .assert_error(401, "unauthorized");
+    b.eventually("the other host refuses the token", || async {
+        let reply = b.call(&token, Method::GET, "/v1/installation", None).await;
+        (reply.status == 401).then_some(())
+    })
+    .await;
+}
