@@ -391,6 +391,21 @@ impl TestHost {
         events
     }
 
+    /// Places an order of one 12.50 EUR mug through `token` (with `orders.write`), without a
+    /// customer; returns it.
+    pub async fn place_order(&self, token: &str) -> Value {
+        self.call(
+            token,
+            Method::POST,
+            "/v1/orders",
+            Some(json!({"currency": "EUR",
+                "line_items": [{"title": "Mug", "unit_price": 1250, "quantity": 1}]})),
+        )
+        .await
+        .expect(201)
+        .body
+    }
+
     /// Confirms payment of an order for its total, as the gateway would.
     pub async fn pay(&self, store: &str, order: &Value) -> Reply {
         self.admin(

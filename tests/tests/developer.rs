@@ -388,17 +388,7 @@ async fn the_console_shows_a_components_invocations_with_the_lines_it_logged() {
         installed_by_developer(&host, &key, publish_body("order-thanks"), "thanks.example").await;
     host.publish("shop", &ALL_SCOPES).await;
     let (_, shop) = host.install(&store, "shop").await;
-    let order = host
-        .call(
-            &shop,
-            Method::POST,
-            "/v1/orders",
-            Some(json!({"currency": "EUR",
-                "line_items": [{"title": "Mug", "unit_price": 1250, "quantity": 1}]})),
-        )
-        .await
-        .expect(201)
-        .body;
+    let order = host.place_order(&shop).await;
     host.pay(&store, &order).await.expect(200);
     let id = order["id"].as_str().expect("order id");
 

@@ -2,6 +2,7 @@
 //! act on at once. Runs when the suite runs on PostgreSQL (`COMMERCE_HOST_TEST_DATABASE_URL`);
 //! on sled, whose folder belongs to one process, it says so and passes.
 
+use commerce_host_tests::components::publish_body;
 use commerce_host_tests::{ALL_SCOPES, TestHost};
 use reqwest::Method;
 use serde_json::json;
@@ -58,4 +59,51 @@ async fn a_token_issued_on_one_host_works_on_the_other_and_stops_on_both_at_unin
         (reply.status == 401).then_some(())
     })
     .await;
+}
+
+#[tokio::test]
+async fn a_component_published_through_one_host_runs_on_another() {
+    let mut a = TestHost::start().await;
+    let Some(b) = TestHost::start_sharing(&a).await else {
+        eprintln!(
+            "two hosts share a PostgreSQL database only: set COMMERCE_HOST_TEST_DATABASE_URL"
+        );
+        return;
+    };
+    let store = a.create_store("shared.example").await;
+    a.admin(
+        Method::POST,
+        "/admin/v1/plugins",
+        Some(publish_body("order-thanks")),
+    )
+    .await
+    .expect(201);
+    let (inst, _) = a.install(&store, "order-thanks").await;
+    a.publish("shop", &ALL_SCOPES).await;
+    let (_, shop) = a.install(&store, "shop").await;
+    // Only the other host runs from now on: it never had the component on its disk.
+    a.stop().await;
+
+    let order = b.place_order(&shop).await;
+    b.pay(&store, &order).await.expect(200);
+    let id = order["id"].as_str().expect("order id").to_owned();
+    let attempts = format!("/admin/v1/stores/{store}/installations/{inst}/attempts");
+    let newest = b
+        .eventually("the component's attempt on the other host", || async {
+            let page = b.admin(Method::GET, &attempts, None).await.expect(200);
+            page.body["data"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|a| a["event_type"] == "order.paid")
+                .cloned()
+        })
+        .await;
+    assert_eq!(newest["succeeded"], true, "{newest}");
+    assert!(
+        newest
+            .to_string()
+            .contains(&format!("order {id} has no customer")),
+        "{newest}"
+    );
 }

@@ -191,6 +191,9 @@ impl Plugins {
         let info = component
             .map(|wasm| self.store_component(&manifest, wasm, "component"))
             .transpose()?;
+        if let Some(wasm) = component {
+            service.keep_component_bytes(&manifest.name, &manifest.version, wasm)?;
+        }
         service.publish_plugin_as(developer, manifest, templates, info)
     }
 
@@ -202,6 +205,17 @@ impl Plugins {
     /// running from memory: the watch on the folder forgets them at once, or, where the folder is
     /// not watched, every call compares the compiled file's identity (see [`FileChecks`]).
     pub fn load(&self, name: &str, version: &str) -> Result<LoadedPlugin> {
+        self.load_for(None, name, version)
+    }
+
+    /// [`Plugins::load`]; a component this host never had (another host on the same database
+    /// published it) is fetched from `service`'s storage and compiled into this host's folder.
+    pub fn load_for(
+        &self,
+        service: Option<&Service>,
+        name: &str,
+        version: &str,
+    ) -> Result<LoadedPlugin> {
         let stem = file_stem(name, version);
         {
             // A watched folder: a version still known has unchanged files.
@@ -220,6 +234,7 @@ impl Plugins {
                 Ok(meta) => FileId::of(&meta),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound && !recompiled => {
                     self.loaded().cache.forget(&stem);
+                    self.fetch_if_missing(service, name, version)?;
                     self.recompile(&stem, &cwasm, "the precompiled file is missing")?;
                     recompiled = true;
                     continue;
@@ -269,6 +284,23 @@ impl Plugins {
             }
         }
         Err(anyhow::anyhow!("component {stem} kept changing while it was loaded").into())
+    }
+
+    /// Writes a component this host does not have into its folder, from the shared storage, when
+    /// another host published it there.
+    fn fetch_if_missing(&self, service: Option<&Service>, name: &str, version: &str) -> Result<()> {
+        let wasm = self.dir.join(format!("{}.wasm", file_stem(name, version)));
+        if wasm.exists() {
+            return Ok(());
+        }
+        if let Some(bytes) = service
+            .map(|s| s.component_bytes(name, version))
+            .transpose()?
+            .flatten()
+        {
+            write_atomically(&wasm, &bytes)?;
+        }
+        Ok(())
     }
 
     /// Compiles `stem`'s component again from its bytes into its precompiled file.
@@ -332,7 +364,7 @@ impl Plugins {
         );
         let _entered = span.enter();
         let limits = service.component_limits(manifest)?;
-        let loaded = self.load(&manifest.name, &manifest.version)?;
+        let loaded = self.load_for(Some(service), &manifest.name, &manifest.version)?;
         let wit = convert::event(event)?;
         let outcome =
             self.runtime

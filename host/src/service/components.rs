@@ -69,3 +69,42 @@ impl Service {
         self.list_target_attempts(store, &TargetRef::Component(id.clone()), page)
     }
 }
+
+/// Key of a component's bytes kept in a shared database.
+fn component_bytes_key(name: &str, version: &str) -> String {
+    format!("component-wasm/{name}/{version}")
+}
+
+impl Service {
+    /// Keeps a published component's bytes in the database when other hosts share it, so that
+    /// each of them can compile it into its own cache (sled belongs to one host: its components
+    /// folder is enough).
+    pub fn keep_component_bytes(&self, name: &str, version: &str, wasm: &[u8]) -> Result<()> {
+        if !self.db.is_shared() {
+            return Ok(());
+        }
+        use base64::Engine as _;
+        let encoded = base64::engine::general_purpose::STANDARD.encode(wasm);
+        self.db
+            .tx(|tx| tx.write(&component_bytes_key(name, version), &encoded))
+    }
+
+    /// A component's bytes as another host published them, if they are kept in the database.
+    pub fn component_bytes(&self, name: &str, version: &str) -> Result<Option<Vec<u8>>> {
+        use base64::Engine as _;
+        let Some(encoded) = self
+            .db
+            .read::<String>(&component_bytes_key(name, version))?
+        else {
+            return Ok(None);
+        };
+        base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .map(Some)
+            .map_err(|e| {
+                Error::Internal(anyhow::anyhow!(
+                    "the stored component {name}@{version}: {e}"
+                ))
+            })
+    }
+}

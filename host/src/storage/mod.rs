@@ -60,6 +60,12 @@ pub trait Storage: Send + Sync + 'static {
     fn listen(&self, heard: Listener) {
         let _ = heard;
     }
+
+    /// Whether other processes may share this storage (PostgreSQL), so that what one host keeps
+    /// on its own disk must also be in the storage for the others.
+    fn is_shared(&self) -> bool {
+        false
+    }
 }
 
 /// The operations available inside a transaction.
@@ -288,6 +294,11 @@ impl Db {
     /// transactions that wait for one at the same time).
     pub fn flush(&self) -> Result<()> {
         self.group.flush(self.inner.as_ref())
+    }
+
+    /// Whether other hosts may share this storage (see [`Storage::is_shared`]).
+    pub fn is_shared(&self) -> bool {
+        self.inner.is_shared()
     }
 
     /// What the delivery engine waits on between polls.

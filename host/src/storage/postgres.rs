@@ -418,6 +418,10 @@ impl Storage for PgStorage {
         Ok(())
     }
 
+    fn is_shared(&self) -> bool {
+        true
+    }
+
     fn listen(&self, heard: super::Listener) {
         let config = self.pool.config.clone();
         let stop = self.stop.clone();
