@@ -2,7 +2,11 @@
 //! act on at once. Runs when the suite runs on PostgreSQL (`COMMERCE_HOST_TEST_DATABASE_URL`);
 //! on sled, whose folder belongs to one process, it says so and passes.
 
+use std::collections::BTreeSet;
+use std::time::Duration;
+
 use commerce_host_tests::components::publish_body;
+use commerce_host_tests::receiver::{Behavior, Receiver};
 use commerce_host_tests::{ALL_SCOPES, TestHost};
 use reqwest::Method;
 use serde_json::json;
@@ -105,5 +109,65 @@ async fn a_component_published_through_one_host_runs_on_another() {
             .to_string()
             .contains(&format!("order {id} has no customer")),
         "{newest}"
+    );
+}
+
+#[tokio::test]
+async fn events_made_on_two_hosts_are_each_delivered_once() {
+    let a = TestHost::start_for_webhooks(|_| {}).await;
+    let Some(b) = TestHost::start_sharing(&a).await else {
+        eprintln!(
+            "two hosts share a PostgreSQL database only: set COMMERCE_HOST_TEST_DATABASE_URL"
+        );
+        return;
+    };
+    let receiver = Receiver::start().await;
+    receiver.set("/hooks", Behavior::Status(204));
+    let store = a.create_store("shared.example").await;
+    a.raise_rate_limits(&store).await;
+    a.publish("shop", &ALL_SCOPES).await;
+    let (_, token) = a.install(&store, "shop").await;
+    let wh = a
+        .subscribe(&token, &receiver.url("/hooks"), &["customer.created"])
+        .await["id"]
+        .as_str()
+        .expect("webhook id")
+        .to_owned();
+
+    // Both engines see every event; each delivery is claimed by one of them.
+    for i in 0..20 {
+        let host = if i % 2 == 0 { &a } else { &b };
+        host.call(
+            &token,
+            Method::POST,
+            "/v1/customers",
+            Some(json!({"email": format!("c{i}@buyer.example")})),
+        )
+        .await
+        .expect(201);
+    }
+    receiver
+        .wait_for("/hooks", 20, Duration::from_secs(20))
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let got = receiver.requests("/hooks");
+    let ids: BTreeSet<String> = got
+        .iter()
+        .map(|r| r.json()["id"].as_str().expect("event id").to_owned())
+        .collect();
+    assert_eq!((got.len(), ids.len()), (20, 20), "each event once");
+    let attempts = b
+        .call(
+            &token,
+            Method::GET,
+            &format!("/v1/webhooks/{wh}/attempts?limit=250"),
+            None,
+        )
+        .await
+        .expect(200);
+    assert_eq!(
+        attempts.body["data"].as_array().map(Vec::len),
+        Some(20),
+        "one attempt recorded per delivery"
     );
 }

@@ -278,9 +278,10 @@ fn attempt_key(attempt: &Value) -> String {
     }
 }
 
-/// The files of a crate that a build reads (everything but `target/` and hidden folders), by
-/// path, with their modification time and size: two snapshots differ when a file was saved,
-/// added or removed.
+/// The files of a crate that a build reads (everything but `target/`, hidden folders and
+/// `Cargo.lock`, which the build itself writes: its first build would otherwise count as a
+/// change), by path, with their modification time and size: two snapshots differ when a file was
+/// saved, added or removed.
 #[derive(Debug, PartialEq, Eq)]
 struct Snapshot(BTreeMap<PathBuf, (Option<SystemTime>, u64)>);
 
@@ -298,7 +299,9 @@ impl Snapshot {
             for entry in entries.flatten() {
                 let name = entry.file_name();
                 let name = name.to_string_lossy();
-                if name.starts_with('.') || (folder == dir && name == "target") {
+                if name.starts_with('.')
+                    || (folder == dir && (name == "target" || name == "Cargo.lock"))
+                {
                     continue;
                 }
                 let Ok(meta) = entry.metadata() else { continue };
@@ -325,6 +328,7 @@ mod tests {
         std::fs::write(dir.path().join("src/lib.rs"), "// one").expect("write");
         let before = Snapshot::take(dir.path());
         std::fs::write(dir.path().join("target/release/x.wasm"), "built").expect("write");
+        std::fs::write(dir.path().join("Cargo.lock"), "# written by the build").expect("write");
         assert_eq!(
             Snapshot::take(dir.path()),
             before,

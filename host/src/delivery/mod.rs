@@ -587,7 +587,7 @@ impl Shared {
     async fn attempt(&self, due_key: &str, entry: &DueEntry) -> Result<()> {
         let service = &self.service;
         let db = &service.db;
-        let Some(delivery) = queue::claim(db, due_key, entry)? else {
+        let Some(delivery) = queue::claim(db, due_key, entry, service.now())? else {
             return Ok(());
         };
         let span = tracing::info_span!(

@@ -86,11 +86,15 @@ pub async fn request_context(
     }
     let mut response = match super::serve::check_header_limits(req.headers()) {
         Err(e) => e.into_response(),
-        Ok(()) if may_write(&method) => off_the_workers(next.run(req).instrument(span.clone()))
-            .await
-            .unwrap_or_else(|e| {
-                Error::Internal(anyhow::anyhow!("a request failed: {e}")).into_response()
-            }),
+        // On a database other hosts share, every read is a network round trip: reads go to the
+        // blocking pool too.
+        Ok(()) if may_write(&method) || app.service.db.is_shared() => {
+            off_the_workers(next.run(req).instrument(span.clone()))
+                .await
+                .unwrap_or_else(|e| {
+                    Error::Internal(anyhow::anyhow!("a request failed: {e}")).into_response()
+                })
+        }
         Ok(()) => next.run(req).instrument(span.clone()).await,
     };
     let route = super::metrics::track(&app, &method, &response, started);

@@ -108,10 +108,60 @@ pub fn due_stats(db: &Db, now: Timestamp, limit: usize) -> Result<(usize, std::t
     crate::storage::queue::due_stats(db, now, limit)
 }
 
+/// How long a host's claim on a delivery holds where hosts share the database: another host
+/// takes the delivery over only after it (the claiming host died, or its attempt ran past it:
+/// a webhook's timeout is 10 s, a component's wall-clock limit at most a minute).
+pub const CLAIM_LEASE: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// A host's claim on the attempt a queue entry names (hosts sharing a database only).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Claim {
+    /// The queue entry claimed: a claim of an earlier entry of the delivery holds nothing.
+    due_key: String,
+    /// Until when (ms since the epoch).
+    until_ms: u64,
+}
+
+/// Key of the claim on a delivery.
+fn claim_key(delivery_key: &str) -> String {
+    format!("claim/{delivery_key}")
+}
+
 /// The delivery a queue entry names, if the entry is still its current one (else the entry is a
-/// leftover and is removed).
-pub fn claim(db: &Db, due_key: &str, entry: &DueEntry) -> Result<Option<Delivery>> {
+/// leftover and is removed). Where hosts share the database, the entry is also claimed for
+/// [`CLAIM_LEASE`] in one transaction, so that one host makes the attempt: `None` while another
+/// host's claim holds (the entry stays for it).
+pub fn claim(db: &Db, due_key: &str, entry: &DueEntry, now: Timestamp) -> Result<Option<Delivery>> {
     let key = delivery_key(&entry.store_id, &entry.target, &entry.event_id);
+    if db.is_shared() {
+        let now_ms = millis(now);
+        let until_ms =
+            now_ms.saturating_add(u64::try_from(CLAIM_LEASE.as_millis()).unwrap_or(u64::MAX));
+        return db.tx_relaxed(|tx| {
+            let Some(d) = tx
+                .read::<Delivery>(&key)?
+                .filter(|d| is_current(d, due_key))
+            else {
+                tx.remove(due_key)?;
+                return Ok(None);
+            };
+            let ck = claim_key(&key);
+            if let Some(held) = tx.read::<Claim>(&ck)?
+                && held.due_key == due_key
+                && held.until_ms > now_ms
+            {
+                return Ok(None);
+            }
+            tx.write(
+                &ck,
+                &Claim {
+                    due_key: due_key.to_owned(),
+                    until_ms,
+                },
+            )?;
+            Ok(Some(d))
+        });
+    }
     if let Some(d) = db.read::<Delivery>(&key)?
         && is_current(&d, due_key)
     {
@@ -213,6 +263,10 @@ pub fn record_attempt(
         logs: outcome.logs.clone(),
     };
     tx.write(&attempt_key(&d.store_id, &d.target, &attempt.id), &attempt)?;
+    let ck = claim_key(&key);
+    if tx.read::<Claim>(&ck)?.is_some() {
+        tx.remove(&ck)?;
+    }
     if let (TargetRef::Component(installation), Some(recording)) = (&d.target, &outcome.recording) {
         let kept = InvocationRecord {
             store_id: d.store_id.clone(),
@@ -315,6 +369,7 @@ fn purge_delivery(tx: &mut Tx<'_>, expiry: &Expiry, target: &TargetRef) -> Resul
     let Some(d) = tx.read::<Delivery>(&key)? else {
         return Ok(());
     };
+    tx.remove(&claim_key(&key))?;
     for id in &d.attempt_ids {
         tx.remove(&attempt_key(&d.store_id, &d.target, id))?;
         if matches!(d.target, TargetRef::Component(_)) {
