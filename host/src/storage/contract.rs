@@ -17,7 +17,9 @@ use super::{Db, Storage};
 
 /// A fresh database on the PostgreSQL server of `COMMERCE_HOST_TEST_DATABASE_URL`, if set.
 pub fn fresh_postgres() -> Option<Arc<dyn Storage>> {
-    let url = std::env::var("COMMERCE_HOST_TEST_DATABASE_URL").ok()?;
+    let url = std::env::var("COMMERCE_HOST_TEST_DATABASE_URL")
+        .ok()
+        .filter(|u| !u.is_empty())?;
     let url = crate::storage::postgres::fresh_database(&url).expect("a fresh test database");
     Some(Arc::new(
         crate::storage::postgres::PgStorage::connect(&url, 8).expect("connect"),
