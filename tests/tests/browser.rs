@@ -14,6 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use commerce_host_tests::components::{publish_body, repo_root};
+use commerce_host_tests::pages::invitation_link;
 use commerce_host_tests::receiver::{Behavior, Receiver};
 use commerce_host_tests::{ALL_SCOPES, TestHost};
 use fantoccini::{Client, ClientBuilder, Locator};
@@ -147,25 +148,6 @@ async fn page_text(browser: &Client) -> String {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("the page's text: {last:?}");
-}
-
-async fn invitation_link(host: &TestHost, email: &str) -> String {
-    let mail = host
-        .admin(Method::GET, "/admin/v1/mail?limit=250", None)
-        .await
-        .expect(200);
-    let body = mail.body["data"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|m| m["to"] == email)
-        .and_then(|m| m["body"].as_str())
-        .expect("the invitation mail")
-        .to_owned();
-    body.split_whitespace()
-        .find(|w| w.contains("/invitations/"))
-        .expect("the link")
-        .to_owned()
 }
 
 /// An owner of `store` through the pages: the invitation accepted, then signed in.

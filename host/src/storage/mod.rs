@@ -250,6 +250,8 @@ impl Db {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
+        // Only hosts sharing the storage need to hear of a commit (no message is built on sled).
+        let shared = self.inner.is_shared();
         let mut out = None;
         let mut queued_delivery = false;
         let mut queued = queue::Queued::default();
@@ -265,7 +267,7 @@ impl Db {
                 touched: 0,
             };
             out = Some(f(&mut tx)?);
-            if tx.touched != 0 || tx.queued_delivery {
+            if shared && (tx.touched != 0 || tx.queued_delivery) {
                 let message = announcement(&watches, tx.touched, &tx.queued);
                 tx.inner.announce(&message)?;
             }

@@ -206,8 +206,9 @@ impl Service {
     ) -> Result<Option<Paused>> {
         let now = self.now();
         let route = self.mail_route;
+        let claims = self.db.is_shared();
         self.db
-            .tx_relaxed(|tx| record_attempt(tx, due_key, entry, outcome, now, route))
+            .tx_relaxed(|tx| record_attempt(tx, due_key, entry, outcome, now, route, claims))
     }
 }
 
@@ -221,11 +222,12 @@ impl Service {
     ) -> Result<Vec<Option<Paused>>> {
         let now = self.now();
         let route = self.mail_route;
+        let claims = self.db.is_shared();
         self.db.tx_relaxed(|tx| {
             batch
                 .iter()
                 .map(|(due_key, entry, outcome)| {
-                    record_attempt(tx, due_key, entry, outcome, now, route)
+                    record_attempt(tx, due_key, entry, outcome, now, route, claims)
                 })
                 .collect()
         })
@@ -235,7 +237,8 @@ impl Service {
 /// Records an attempt and moves the delivery on: done on success; otherwise the next retry of
 /// the schedule, counted from now; after the last retry, failed, and the target paused, with the
 /// notice to its owner queued (`route`) in this same transaction, so that the pause is never
-/// committed without its mail. Returns the paused target and its notice.
+/// committed without its mail. With `claims` (hosts share the storage) it also releases the
+/// host's claim on the delivery ([`claim`]). Returns the paused target and its notice.
 pub fn record_attempt(
     tx: &mut Tx<'_>,
     due_key: &str,
@@ -243,6 +246,7 @@ pub fn record_attempt(
     outcome: &Outcome,
     now: Timestamp,
     route: MailRoute,
+    claims: bool,
 ) -> Result<Option<Paused>> {
     let key = delivery_key(&entry.store_id, &entry.target, &entry.event_id);
     let Some(mut d) = tx.read::<Delivery>(&key)? else {
@@ -263,9 +267,8 @@ pub fn record_attempt(
         logs: outcome.logs.clone(),
     };
     tx.write(&attempt_key(&d.store_id, &d.target, &attempt.id), &attempt)?;
-    let ck = claim_key(&key);
-    if tx.read::<Claim>(&ck)?.is_some() {
-        tx.remove(&ck)?;
+    if claims {
+        tx.remove(&claim_key(&key))?;
     }
     if let (TargetRef::Component(installation), Some(recording)) = (&d.target, &outcome.recording) {
         let kept = InvocationRecord {
@@ -511,7 +514,8 @@ mod tests {
         // The last failure, in a transaction that then aborts: neither the pause nor its mail.
         let now = service.now();
         let aborted: Result<()> = service.db.tx(|tx| {
-            let paused = record_attempt(tx, &key, &entry, &failed(now), now, MailRoute::Smtp)?;
+            let paused =
+                record_attempt(tx, &key, &entry, &failed(now), now, MailRoute::Smtp, false)?;
             assert!(paused.is_some());
             Err(Error::invalid("x", "abort after the pause"))
         });
