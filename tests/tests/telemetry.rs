@@ -300,11 +300,18 @@ async fn one_trace_runs_from_a_request_to_the_webhook_attempt_and_the_component_
             let request = in_trace
                 .iter()
                 .find(|s| s.name.starts_with("POST /admin/v1/stores/"))?;
-            let event = in_trace.iter().find(|s| s.name == "event")?;
             let attempts: Vec<&&Span> = in_trace
                 .iter()
                 .filter(|s| s.name == "delivery.attempt")
                 .collect();
+            // The event span of the transaction that committed: one that lost a serialization
+            // conflict and ran again (PostgreSQL) leaves a span of its own first try.
+            let event = in_trace.iter().find(|s| {
+                s.name == "event"
+                    && attempts
+                        .first()
+                        .is_some_and(|a| a.parent_span_id == s.span_id)
+            })?;
             let invocation = in_trace.iter().find(|s| s.name == "component.invoke")?;
             (attempts.len() == 2).then(|| {
                 (
