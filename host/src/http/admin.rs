@@ -183,11 +183,22 @@ pub async fn publish_plugin(
     State(app): State<AppState>,
     Json(body): Json<PublishPlugin>,
 ) -> Result<(StatusCode, axum::Json<Plugin>)> {
+    publish_as(&app, None, body).await
+}
+
+/// Publishes `body` as the operator (`None`) or a developer, on a blocking thread (compiling a
+/// component takes about a second): `POST /admin/v1/plugins` and `POST /dev/v1/plugins`.
+pub async fn publish_as(
+    app: &AppState,
+    developer: Option<crate::model::ids::AccountId>,
+    body: PublishPlugin,
+) -> Result<(StatusCode, axum::Json<Plugin>)> {
     let component = body.decoded_component()?;
     let (service, plugins) = (app.service.clone(), app.plugins.clone());
     let plugin = tokio::task::spawn_blocking(move || {
-        plugins.publish(
+        plugins.publish_as(
             &service,
+            developer.as_ref(),
             body.manifest,
             &body.templates,
             component.as_deref(),

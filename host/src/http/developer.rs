@@ -45,20 +45,7 @@ pub async fn publish(
     Extension(developer): Extension<Account>,
     Json(body): Json<PublishPlugin>,
 ) -> Result<(StatusCode, axum::Json<Plugin>)> {
-    let component = body.decoded_component()?;
-    let (service, plugins) = (app.service.clone(), app.plugins.clone());
-    let plugin = tokio::task::spawn_blocking(move || {
-        plugins.publish_as(
-            &service,
-            Some(&developer.id),
-            body.manifest,
-            &body.templates,
-            component.as_deref(),
-        )
-    })
-    .await
-    .map_err(|e| crate::Error::Internal(anyhow::anyhow!("publishing: {e}")))??;
-    Ok((StatusCode::CREATED, axum::Json(plugin)))
+    super::admin::publish_as(&app, Some(developer.id), body).await
 }
 
 /// The developer's plugins, by name.
