@@ -57,6 +57,9 @@ pub struct Config {
     /// The host's address as people reach it (links in invitation mails; `Secure` cookies when
     /// it is `https://`). Default: `http://` and the address it listens on.
     pub public_url: Option<String>,
+    /// Where hosts share a database: how long a host's claim on a delivery or mail holds before
+    /// another host takes the work over (the claiming host died).
+    pub claim_lease: Duration,
 }
 
 impl Config {
@@ -82,7 +85,26 @@ impl Config {
             message_poll_interval: std::time::Duration::from_millis(250),
             auth_failures: crate::service::ratelimit::AuthFailureLimits::default(),
             public_url: None,
+            claim_lease: crate::service::deliveries::queue::CLAIM_LEASE,
         }
+    }
+
+    /// This host's id, the same across its restarts: the one in `<data>/host-id`, created on
+    /// first start. It names the host's claims on work where hosts share a database, so that
+    /// the host restarted takes its own claims back at once.
+    pub fn resolve_host_id(&self) -> anyhow::Result<String> {
+        let path = self.data_dir.join("host-id");
+        match std::fs::read_to_string(&path) {
+            Ok(id) if !id.trim().is_empty() => return Ok(id.trim().to_owned()),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        }
+        let mut bytes = [0u8; 8];
+        rand::thread_rng().fill_bytes(&mut bytes);
+        let id = format!("host_{}", hex::encode(bytes));
+        write_private(&path, &id).with_context(|| format!("writing {}", path.display()))?;
+        Ok(id)
     }
 
     /// The admin token: the configured one, or the one in `<data>/admin-token`, created (mode

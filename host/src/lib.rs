@@ -46,6 +46,8 @@ pub fn open_service(config: &Config) -> anyhow::Result<Service> {
         },
         auth_failures: config.auth_failures,
         public_url: config.public_url.clone().unwrap_or_default(),
+        host_id: config.resolve_host_id()?,
+        claim_lease: config.claim_lease,
     };
     service::Service::with_options(db, config.clock.clone(), &admin_token, options)
         .map_err(|e| anyhow::anyhow!("{e:#}"))

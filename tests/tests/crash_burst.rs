@@ -4,6 +4,10 @@
 //! once a quarter of the deliveries reached the receiver, and after a restart on the same data
 //! folder every committed delivery reaches the receiver at least once (repeats are allowed:
 //! delivery is at least once) and the attempt log holds exactly one successful attempt for each.
+//!
+//! On PostgreSQL the same burst also runs on two hosts sharing the database, events made through
+//! both: one is killed, and the other, never restarted, makes every committed delivery, taking
+//! over the dead host's claims when their lease (3 s here) ends.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -16,14 +20,6 @@ use futures::StreamExt;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-/// Webhook subscriptions, the most one installation may have.
-const SUBSCRIPTIONS: usize = 50;
-/// Committed events (`customer.created`), each delivered to every subscription.
-const EVENTS: usize = 200;
-/// Deliveries in the burst.
-const DELIVERIES: usize = EVENTS * SUBSCRIPTIONS;
-/// The host is killed once this many requests reached the receiver.
-const KILL_AFTER: usize = DELIVERIES / 4;
 /// How long the whole burst may take to arrive after the restart (debug build, shared machine).
 const DEADLINE: Duration = Duration::from_secs(300);
 
@@ -35,16 +31,18 @@ struct Host {
 
 impl Host {
     /// Starts the binary on `data`, durable writes on (the default), webhooks allowed to reach
-    /// the receiver on 127.0.0.1, and a webhook timeout long enough that requests the receiver
-    /// holds never time out.
-    async fn start(data: &Path) -> Self {
+    /// the receiver on 127.0.0.1, a webhook timeout long enough that requests the receiver holds
+    /// never time out, and `env`.
+    async fn start(data: &Path, env: &[(&str, &str)]) -> Self {
+        let mut all = vec![
+            ("COMMERCE_HOST_WEBHOOK_ALLOW_NETWORKS", "127.0.0.0/8"),
+            ("COMMERCE_HOST_WEBHOOK_TIMEOUT_MS", "600000"),
+        ];
+        all.extend_from_slice(env);
         let (child, base) = commerce_host_tests::spawn_binary(
             Path::new(env!("CARGO_BIN_EXE_test-commerce-host")),
             data,
-            &[
-                ("COMMERCE_HOST_WEBHOOK_ALLOW_NETWORKS", "127.0.0.0/8"),
-                ("COMMERCE_HOST_WEBHOOK_TIMEOUT_MS", "600000"),
-            ],
+            &all,
         )
         .await;
         Self {
@@ -132,14 +130,57 @@ fn arrivals(receiver: &Receiver) -> HashMap<(String, String), usize> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_killed_mid_burst_makes_every_committed_delivery_and_records_each_once() {
+    // 50 webhook subscriptions, the most one installation may have.
+    burst(200, 50, Survivor::Restarted).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_hosts_on_one_database_the_one_left_makes_every_committed_delivery() {
+    if commerce_host_tests::test_database(tempfile::tempdir().expect("temp dir").path()).is_none() {
+        eprintln!(
+            "two hosts share a PostgreSQL database only: set COMMERCE_HOST_TEST_DATABASE_URL"
+        );
+        return;
+    }
+    burst(100, 20, Survivor::OtherHost).await;
+}
+
+/// Who makes the deliveries left after the kill.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Survivor {
+    /// The killed host, restarted on its data folder.
+    Restarted,
+    /// A second host on the same database, running all along (events are made through both).
+    OtherHost,
+}
+
+/// The lease of a host's claims in the two-host burst: how long the other host waits before it
+/// takes over the work the killed one had claimed.
+const CLAIM_LEASE_MS: &str = "3000";
+
+/// `event_count` committed `customer.created` events, each delivered to `subscriptions` webhook
+/// subscriptions; the host is killed once a quarter of the deliveries reached the receiver.
+async fn burst(event_count: usize, subscriptions_wanted: usize, survivor: Survivor) {
+    let deliveries_wanted = event_count * subscriptions_wanted;
     let started = Instant::now();
     let receiver = Receiver::start().await;
     // Nothing is answered until every event is committed, so that the kill lands in the burst
     // however fast the engine is.
     receiver.hold();
     let data = tempfile::tempdir().expect("temp dir");
+    let other_data = tempfile::tempdir().expect("temp dir");
     let http = reqwest::Client::new();
-    let mut host = Host::start(data.path()).await;
+    let lease = [("COMMERCE_HOST_CLAIM_LEASE_MS", CLAIM_LEASE_MS)];
+    let mut host = Host::start(data.path(), &lease).await;
+    let other = match survivor {
+        Survivor::Restarted => None,
+        Survivor::OtherHost => {
+            let url = commerce_host_tests::test_database(data.path()).expect("on PostgreSQL");
+            std::fs::write(other_data.path().join("test-database-url"), url)
+                .expect("share the database");
+            Some(Host::start(other_data.path(), &lease).await)
+        }
+    };
 
     // A store, a plugin installed in it, and 50 subscriptions to customer.created.
     let store = send(
@@ -190,7 +231,7 @@ async fn a_host_killed_mid_burst_makes_every_committed_delivery_and_records_each
     .await;
     let token = installation["token"].as_str().expect("token").to_owned();
     let mut subscriptions = Vec::new(); // (subscription id, receiver path)
-    for i in 0..SUBSCRIPTIONS {
+    for i in 0..subscriptions_wanted {
         let path = format!("/s{i}");
         let subscription = send(
             &http,
@@ -210,9 +251,14 @@ async fn a_host_killed_mid_burst_makes_every_committed_delivery_and_records_each
     }
 
     // 200 customers created, eight requests at a time: each 201 is a committed event.
-    let committed: HashSet<String> = futures::stream::iter(0..EVENTS)
+    let committed: HashSet<String> = futures::stream::iter(0..event_count)
         .map(|i| {
-            let (http, host, token) = (&http, &host, &token);
+            // Through both hosts when there are two.
+            let host = match &other {
+                Some(other) if i % 2 == 1 => other,
+                _ => &host,
+            };
+            let (http, token) = (&http, &token);
             async move {
                 let customer = send(
                     http,
@@ -230,23 +276,29 @@ async fn a_host_killed_mid_burst_makes_every_committed_delivery_and_records_each
         .buffer_unordered(8)
         .collect()
         .await;
-    assert_eq!(committed.len(), EVENTS);
+    assert_eq!(committed.len(), event_count);
     let committed_at = started.elapsed();
 
     // The burst starts; a quarter in, the host is killed.
     receiver.release();
-    receiver.wait_for_total(KILL_AFTER, DEADLINE).await;
+    receiver
+        .wait_for_total(deliveries_wanted / 4, DEADLINE)
+        .await;
     host.kill_9();
     let killed_at = started.elapsed();
     let before_kill = arrivals(&receiver);
     assert!(
-        before_kill.len() < DELIVERIES,
-        "the kill came before every delivery was made ({} of {DELIVERIES})",
+        before_kill.len() < deliveries_wanted,
+        "the kill came before every delivery was made ({} of {deliveries_wanted})",
         before_kill.len()
     );
 
-    // Restarted on the same folder, the host makes every committed delivery.
-    let host = Host::start(data.path()).await;
+    // Restarted on the same folder, the host makes every committed delivery; or the other host
+    // does, never restarted.
+    let host = match other {
+        Some(other) => other,
+        None => Host::start(data.path(), &lease).await,
+    };
     let events = every_page(
         &http,
         &host,
@@ -262,7 +314,7 @@ async fn a_host_killed_mid_burst_makes_every_committed_delivery_and_records_each
     }
     let customers: HashSet<String> = customer_of_event.values().cloned().collect();
     assert_eq!(customers, committed, "one event per committed customer");
-    assert_eq!(customer_of_event.len(), EVENTS, "and no other");
+    assert_eq!(customer_of_event.len(), event_count, "and no other");
     let expected: HashSet<(String, String)> = customer_of_event
         .keys()
         .flat_map(|event| {
@@ -271,12 +323,12 @@ async fn a_host_killed_mid_burst_makes_every_committed_delivery_and_records_each
                 .map(move |(_, path)| (event.clone(), path.clone()))
         })
         .collect();
-    assert_eq!(expected.len(), DELIVERIES);
+    assert_eq!(expected.len(), deliveries_wanted);
 
     let deadline = Instant::now() + DEADLINE;
     let arrived = loop {
         // Counting the distinct deliveries needs every request copied: only once enough came.
-        if receiver.total() >= DELIVERIES {
+        if receiver.total() >= deliveries_wanted {
             let arrived = arrivals(&receiver);
             if expected.iter().all(|pair| arrived.contains_key(pair)) {
                 break arrived;
@@ -288,7 +340,7 @@ async fn a_host_killed_mid_burst_makes_every_committed_delivery_and_records_each
                 .iter()
                 .filter(|pair| !arrived.contains_key(*pair))
                 .count();
-            panic!("{missing} of {DELIVERIES} committed deliveries never arrived");
+            panic!("{missing} of {deliveries_wanted} committed deliveries never arrived");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
@@ -375,15 +427,20 @@ async fn a_host_killed_mid_burst_makes_every_committed_delivery_and_records_each
             json!(attempts_of)
         );
     }
-    assert_eq!(attempts_recorded, DELIVERIES);
+    assert_eq!(attempts_recorded, deliveries_wanted);
 
     let twice = arrived.values().filter(|&&n| n >= 2).count();
     let most = arrived.values().copied().max().unwrap_or(0);
     println!(
-        "crash burst: {DELIVERIES} deliveries ({EVENTS} events x {SUBSCRIPTIONS} subscriptions); \
+        "crash burst ({}): {deliveries_wanted} deliveries ({event_count} events x \
+         {subscriptions_wanted} subscriptions); \
          {} distinct had arrived when the host was killed ({} requests); \
-         after the restart all arrived, {} requests in all, {twice} arrived more than once \
+         after the kill all arrived, {} requests in all, {twice} arrived more than once \
          (at most {most} times); {attempts_recorded} attempts recorded, one per delivery",
+        match survivor {
+            Survivor::Restarted => "restarted",
+            Survivor::OtherHost => "two hosts",
+        },
         before_kill.len(),
         before_kill.values().sum::<usize>(),
         arrived.values().sum::<usize>(),

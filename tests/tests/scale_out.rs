@@ -11,13 +11,21 @@ use commerce_host_tests::{ALL_SCOPES, TestHost};
 use reqwest::Method;
 use serde_json::json;
 
-#[tokio::test]
-async fn a_token_issued_on_one_host_works_on_the_other_and_stops_on_both_at_uninstall() {
-    let a = TestHost::start().await;
-    let Some(b) = TestHost::start_sharing(&a).await else {
+/// A second host on `a`'s database, or `None` (said on stderr) when the suite runs on sled.
+async fn second_host(a: &TestHost) -> Option<TestHost> {
+    let b = TestHost::start_sharing(a).await;
+    if b.is_none() {
         eprintln!(
             "two hosts share a PostgreSQL database only: set COMMERCE_HOST_TEST_DATABASE_URL"
         );
+    }
+    b
+}
+
+#[tokio::test]
+async fn a_token_issued_on_one_host_works_on_the_other_and_stops_on_both_at_uninstall() {
+    let a = TestHost::start().await;
+    let Some(b) = second_host(&a).await else {
         return;
     };
     let store = a.create_store("shared.example").await;
@@ -68,10 +76,7 @@ async fn a_token_issued_on_one_host_works_on_the_other_and_stops_on_both_at_unin
 #[tokio::test]
 async fn a_component_published_through_one_host_runs_on_another() {
     let mut a = TestHost::start().await;
-    let Some(b) = TestHost::start_sharing(&a).await else {
-        eprintln!(
-            "two hosts share a PostgreSQL database only: set COMMERCE_HOST_TEST_DATABASE_URL"
-        );
+    let Some(b) = second_host(&a).await else {
         return;
     };
     let store = a.create_store("shared.example").await;
@@ -115,10 +120,7 @@ async fn a_component_published_through_one_host_runs_on_another() {
 #[tokio::test]
 async fn events_made_on_two_hosts_are_each_delivered_once() {
     let a = TestHost::start_for_webhooks(|_| {}).await;
-    let Some(b) = TestHost::start_sharing(&a).await else {
-        eprintln!(
-            "two hosts share a PostgreSQL database only: set COMMERCE_HOST_TEST_DATABASE_URL"
-        );
+    let Some(b) = second_host(&a).await else {
         return;
     };
     let receiver = Receiver::start().await;
@@ -170,4 +172,87 @@ async fn events_made_on_two_hosts_are_each_delivered_once() {
         Some(20),
         "one attempt recorded per delivery"
     );
+}
+
+#[tokio::test]
+async fn a_stores_rate_limit_and_sms_quota_are_counted_across_both_hosts() {
+    let a = TestHost::start().await;
+    let Some(b) = second_host(&a).await else {
+        return;
+    };
+    let store = a.create_store("shared.example").await;
+    a.admin(
+        Method::POST,
+        "/admin/v1/plugins",
+        Some(json!({
+            "manifest": {"name": "texts", "version": "1.0.0", "scopes": ["customers.read"],
+                         "contact_email": "dev@plugin.example"},
+            "templates": {"shipped": {"variables": ["order_id"],
+                                      "sms": {"body": "Order {{ order_id }} shipped"}}},
+        })),
+    )
+    .await
+    .expect(201);
+    let (_, token) = a.install(&store, "texts").await;
+
+    // The hosts share one clock, stopped: the store's burst of 120 is all there is, and it is
+    // one allowance for both hosts together (each host on its own would admit all 200).
+    let mut admitted = 0;
+    for i in 0..200 {
+        let host = if i % 2 == 0 { &a } else { &b };
+        let reply = host
+            .call(&token, Method::GET, "/v1/installation", None)
+            .await;
+        match reply.status {
+            200 => admitted += 1,
+            429 => {
+                reply.assert_error(429, "rate_limited");
+                assert_eq!(reply.header("retry-after"), Some("1"));
+                assert_eq!(reply.header("x-ratelimit-remaining"), Some("0"));
+            }
+            other => panic!("unexpected {other}: {}", reply.body),
+        }
+    }
+    assert_eq!(admitted, 120, "the burst, once across both hosts");
+    // A second later, 60 more, again across both.
+    a.clock.advance(jiff::SignedDuration::from_secs(1));
+    let mut admitted = 0;
+    for i in 0..100 {
+        let host = if i % 2 == 0 { &b } else { &a };
+        let reply = host
+            .call(&token, Method::GET, "/v1/installation", None)
+            .await;
+        admitted += usize::from(reply.status == 200);
+    }
+    assert_eq!(admitted, 60, "a second's refill, once across both hosts");
+
+    // The sms quota: 3 a day, counted across both hosts.
+    a.clock.advance(jiff::SignedDuration::from_secs(60));
+    a.admin(
+        Method::PATCH,
+        &format!("/admin/v1/stores/{store}"),
+        Some(json!({"quotas": {"sms": 3}})),
+    )
+    .await
+    .expect(200);
+    let mut accepted = 0;
+    for i in 0..6 {
+        let host = if i % 2 == 0 { &b } else { &a };
+        let reply = host
+            .call(
+                &token,
+                Method::POST,
+                "/v1/notifications",
+                Some(
+                    json!({"channel": "sms", "to": "+14155550123", "template": "shipped",
+                            "data": {"order_id": format!("{i}")}}),
+                ),
+            )
+            .await;
+        match reply.status {
+            202 => accepted += 1,
+            _ => reply.assert_error(429, "quota_exceeded"),
+        }
+    }
+    assert_eq!(accepted, 3, "the day's quota, once across both hosts");
 }

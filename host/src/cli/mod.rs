@@ -130,6 +130,11 @@ struct ServeArgs {
         default_value_t = crate::service::ratelimit::AUTH_FAILURE_PER_SECOND
     )]
     auth_failure_per_second: u32,
+    /// Where hosts share a database: milliseconds a host's claim on a delivery or mail holds
+    /// before another host takes the work over (after the claiming host died). Longer than a
+    /// webhook's timeout and a component's wall-clock limit.
+    #[arg(long, env = "COMMERCE_HOST_CLAIM_LEASE_MS", default_value_t = 120_000)]
+    claim_lease_ms: u64,
 }
 
 /// Parses the command line and runs the command.
@@ -181,6 +186,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.public_url = args.public_url.filter(|u| !u.trim().is_empty());
     config.database_url = args.database_url.filter(|u| !u.trim().is_empty());
     config.database_pool_size = args.database_pool_size;
+    config.claim_lease = std::time::Duration::from_millis(args.claim_lease_ms.max(1));
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;

@@ -31,7 +31,7 @@ impl HostMail {
 
     /// Sends the mail of the work queue entry at `key` and records the outcome.
     pub async fn send(&self, service: &Service, key: &str) -> Result<()> {
-        let Some(mail) = service.mail_to_send(key)? else {
+        let Some(mail) = super::off_workers(service, || service.mail_to_send(key))? else {
             return Ok(());
         };
         let outcome = match &self.smtp {
@@ -51,7 +51,9 @@ impl HostMail {
         if let Some(SendOutcome::Transient(e) | SendOutcome::Permanent(e)) = &outcome {
             tracing::warn!(to = %mail.to, error = %e.detail, "sending mail failed");
         }
-        let status = service.finish_mail(key, &mail.id, outcome, service.now())?;
+        let status = super::off_workers(service, || {
+            service.finish_mail(key, &mail.id, outcome, service.now())
+        })?;
         if status == Some(MailStatus::Failed) {
             tracing::error!(mail = %mail.id, to = %mail.to, "the host gave up sending a mail");
         }

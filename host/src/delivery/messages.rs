@@ -14,7 +14,8 @@ use crate::service::notifications::senders::{SenderSettings, SmtpSettings};
 
 /// Claims the message of the work queue entry at `key`, sends it, and records the outcome.
 pub async fn send(service: &Service, http: &HttpClient, key: &str) -> Result<()> {
-    let Some(claim) = service.claim_message(key, service.now())? else {
+    let claimed = super::off_workers(service, || service.claim_message(key, service.now()))?;
+    let Some(claim) = claimed else {
         return Ok(());
     };
     let outcome = match &claim.sender {
@@ -25,7 +26,9 @@ pub async fn send(service: &Service, http: &HttpClient, key: &str) -> Result<()>
         tracing::warn!(message = %claim.message.id(), category = ?e.category,
             error = %e.detail, "sending a message failed");
     }
-    service.finish_message(&claim, outcome, service.now())
+    super::off_workers(service, || {
+        service.finish_message(&claim, outcome, service.now())
+    })
 }
 
 async fn deliver(http: &HttpClient, message: &Message, sender: &SenderSettings) -> SendOutcome {

@@ -121,6 +121,20 @@ struct Pending {
     reply: oneshot::Sender<Result<Option<Paused>>>,
 }
 
+/// Runs `f`, which waits for the database, without holding up the async runtime's workers where
+/// hosts share a (remote) database: in `block_in_place` on a multi-threaded runtime, which hands
+/// this worker's other tasks to another thread meanwhile. On sled (a local commit takes
+/// microseconds) and on a single-threaded runtime it runs in place.
+pub(crate) fn off_workers<R>(service: &Service, f: impl FnOnce() -> R) -> R {
+    let multi_threaded = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if multi_threaded && service.db.is_shared() {
+        tokio::task::block_in_place(f)
+    } else {
+        f()
+    }
+}
+
 /// Most attempts recorded in one transaction.
 const RECORD_BATCH: usize = 256;
 
@@ -134,7 +148,7 @@ async fn record_attempts(service: Service, mut pending: mpsc::UnboundedReceiver<
             .iter()
             .map(|p| (p.due_key.as_str(), &p.entry, &p.outcome))
             .collect();
-        match service.record_attempts(&items) {
+        match off_workers(&service, || service.record_attempts(&items)) {
             Ok(paused) => {
                 for (p, paused) in batch.drain(..).zip(paused) {
                     let _ = p.reply.send(Ok(paused));
@@ -144,7 +158,9 @@ async fn record_attempts(service: Service, mut pending: mpsc::UnboundedReceiver<
                 // One bad record must not fail the others: record them one by one.
                 tracing::warn!(error = %format!("{e:#}"), "recording a batch of attempts; one by one");
                 for p in batch.drain(..) {
-                    let one = service.record_attempt(&p.due_key, &p.entry, &p.outcome);
+                    let one = off_workers(&service, || {
+                        service.record_attempt(&p.due_key, &p.entry, &p.outcome)
+                    });
                     let _ = p.reply.send(one);
                 }
             }
@@ -257,7 +273,10 @@ async fn run(shared: Arc<Shared>, config: EngineConfig, mut stopped: watch::Rece
             break;
         }
         lanes.start_at(shared.wake.take_earliest());
-        let busy = match shared.tick(&mut tasks, &mut next_purge, &mut lanes) {
+        let ticked = off_workers(&shared.service, || {
+            shared.tick(&mut tasks, &mut next_purge, &mut lanes)
+        });
+        let busy = match ticked {
             Ok(busy) => busy,
             Err(e) => {
                 tracing::error!(error = %format!("{e:#}"), "delivery engine");
@@ -586,8 +605,7 @@ impl Shared {
 
     async fn attempt(&self, due_key: &str, entry: &DueEntry) -> Result<()> {
         let service = &self.service;
-        let db = &service.db;
-        let Some(delivery) = queue::claim(db, due_key, entry, service.now())? else {
+        let Some(delivery) = off_workers(service, || queue::claim(service, due_key, entry))? else {
             return Ok(());
         };
         let span = tracing::info_span!(
@@ -621,33 +639,39 @@ impl Shared {
     ) -> Result<()> {
         let service = &self.service;
         let db = &service.db;
-        let stored = if delivery.test {
-            db.read(&crate::model::delivery::test_event_key(
-                &entry.store_id,
-                &entry.event_id,
-            ))?
-            .map(Arc::new)
-        } else {
-            self.event(&entry.store_id, &entry.event_id)?
-        };
-        let Some(event) = stored else {
-            return queue::fail_unsent(db, due_key, entry, "the event expired");
-        };
-        let target = match target::load(db, &entry.store_id, &entry.target, &event)? {
-            TargetState::Active(target) => target,
-            TargetState::Paused => {
-                return queue::fail_unsent(db, due_key, entry, "the target was paused");
-            }
-            TargetState::Gone => {
-                return queue::fail_unsent(db, due_key, entry, "the target was removed");
-            }
+        let loaded = off_workers(service, || {
+            let stored = if delivery.test {
+                db.read(&crate::model::delivery::test_event_key(
+                    &entry.store_id,
+                    &entry.event_id,
+                ))?
+                .map(Arc::new)
+            } else {
+                self.event(&entry.store_id, &entry.event_id)?
+            };
+            let Some(event) = stored else {
+                queue::fail_unsent(db, due_key, entry, "the event expired")?;
+                return Ok(None);
+            };
+            let unsent = match target::load(db, &entry.store_id, &entry.target, &event)? {
+                TargetState::Active(target) => return Ok(Some((event, target))),
+                TargetState::Paused => "the target was paused",
+                TargetState::Gone => "the target was removed",
+            };
+            queue::fail_unsent(db, due_key, entry, unsent)?;
+            Ok::<_, Error>(None)
+        })?;
+        let Some((event, target)) = loaded else {
+            return Ok(());
         };
         let started = service.now();
         let wall = std::time::Instant::now();
         let outcome = match &target {
             Target::Webhook(sub) => {
-                let scopes = db
-                    .read::<Installation>(&Installation::key(&sub.store_id, &sub.installation_id))?
+                let installation = off_workers(service, || {
+                    db.read::<Installation>(&Installation::key(&sub.store_id, &sub.installation_id))
+                })?;
+                let scopes = installation
                     .map(|i| i.scopes.into_iter().collect())
                     .unwrap_or_default();
                 let event = event.for_scopes(&scopes);

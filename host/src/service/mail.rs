@@ -75,6 +75,24 @@ pub fn queue_mail(
     Ok(record)
 }
 
+/// The mail a work queue entry names, while it is queued (`read` reads a record by key).
+fn queued_mail(
+    work: Option<Work>,
+    read: impl FnOnce(&str) -> Result<Option<MailRecord>>,
+) -> Result<Option<MailRecord>> {
+    Ok(match work {
+        Some(Work::Mail { mail_id }) => {
+            read(&MailRecord::key(&mail_id))?.filter(|m| m.status == MailStatus::Queued)
+        }
+        _ => None,
+    })
+}
+
+/// Key of a host's claim on the mail of the work queue entry `key` (hosts sharing a database).
+fn claim_key(key: &str) -> String {
+    format!("claim/{key}")
+}
+
 impl Service {
     /// Records `mail` in a transaction of its own (see [`queue_mail`]).
     pub fn queue_mail(&self, mail: Mail) -> Result<MailRecord> {
@@ -84,15 +102,24 @@ impl Service {
     }
 
     /// The mail the work queue entry at `key` is to send, while it is queued; an entry whose
-    /// mail is gone or done is removed.
+    /// mail is gone or done is removed. Where hosts share the database, the entry is claimed for
+    /// this host first ([`Tx::take_claim`]), so that one host sends it: `None` while another
+    /// host's claim holds.
     pub fn mail_to_send(&self, key: &str) -> Result<Option<MailRecord>> {
-        let queued = match self.db.read::<Work>(key)? {
-            Some(Work::Mail { mail_id }) => self
-                .db
-                .read::<MailRecord>(&MailRecord::key(&mail_id))?
-                .filter(|m| m.status == MailStatus::Queued),
-            _ => None,
-        };
+        if self.db.is_shared() {
+            let now = self.now();
+            return self.db.tx(|tx| {
+                let work = tx.read::<Work>(key)?;
+                let Some(mail) = queued_mail(work, |k| tx.read(k))? else {
+                    tx.remove(key)?;
+                    return Ok(None);
+                };
+                let claimed =
+                    tx.take_claim(&claim_key(key), key, &self.holder, now, self.claim_lease)?;
+                Ok(claimed.then_some(mail))
+            });
+        }
+        let queued = queued_mail(self.db.read::<Work>(key)?, |k| self.db.read(k))?;
         if queued.is_none() {
             self.db.tx(|tx| tx.remove(key))?;
         }
@@ -109,8 +136,12 @@ impl Service {
         outcome: Option<SendOutcome>,
         now: Timestamp,
     ) -> Result<Option<MailStatus>> {
+        let shared = self.db.is_shared();
         self.db.tx(|tx| {
             tx.remove(key)?;
+            if shared {
+                tx.release_claim(&claim_key(key))?;
+            }
             let record_key = MailRecord::key(id);
             let Some(mut mail) = tx
                 .read::<MailRecord>(&record_key)?

@@ -62,9 +62,13 @@ pub struct Inner {
     /// Authenticated tokens and installed installations, current while their records are
     /// unchanged.
     pub auth_cache: auth_cache::AuthCache,
-    /// Random id of this boot of the host: an idempotency claim of an earlier boot was cut
-    /// short by the restart.
+    /// Id of this boot of the host (its start, then random: later boots sort after earlier
+    /// ones): an idempotency claim of an earlier boot was cut short by the restart.
     pub boot_id: String,
+    /// This host in this boot, as it claims work where hosts share the database.
+    pub holder: crate::storage::queue::Holder,
+    /// How long a claim on work holds for another host (see [`Options::claim_lease`]).
+    pub claim_lease: std::time::Duration,
     /// Signs pagination cursors.
     pub cursors: pagination::Cursors,
     /// Which addresses webhooks may go to.
@@ -95,6 +99,14 @@ pub struct Options {
     /// The host's address as people reach it (`https://shop-host.example`); links in mails
     /// start with it. Empty: `http://127.0.0.1:8080`.
     pub public_url: String,
+    /// The id of this host, the same across its restarts (kept in its data folder), which names
+    /// its claims on work where hosts share a database. Empty: a random one (a restart then
+    /// waits out the claims of the boot before).
+    pub host_id: String,
+    /// How long a host's claim on a delivery or mail holds before another host may take the
+    /// work over (the claiming host died). Zero:
+    /// [`CLAIM_LEASE`](deliveries::queue::CLAIM_LEASE).
+    pub claim_lease: std::time::Duration,
 }
 
 impl Deref for Service {
@@ -142,19 +154,40 @@ impl Service {
         hex::decode_to_slice(&secret, &mut key)
             .map_err(|e| anyhow::anyhow!("the stored cursor secret is corrupt: {e}"))?;
         let auth_changes = db.watch(&auth_cache::WATCHED);
+        let limiter = ratelimit::RateLimiter::new(db.is_shared().then(|| db.clone()));
+        // Time-ordered (the start in µs, then random), so a host's later boot sorts after its
+        // earlier ones.
+        let boot_id = {
+            let mut bytes = [0u8; 8];
+            rand::thread_rng().fill_bytes(&mut bytes);
+            let started = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros());
+            format!("{started:016x}{}", hex::encode(bytes))
+        };
+        let holder = crate::storage::queue::Holder {
+            host: if options.host_id.is_empty() {
+                boot_id.clone()
+            } else {
+                options.host_id.clone()
+            },
+            boot: boot_id.clone(),
+        };
         Ok(Self {
             inner: Arc::new(Inner {
                 network: NetworkPolicy::new(options.allow_networks),
                 limit_policy: options.plugin_limits,
                 db,
                 clock,
-                limiter: ratelimit::RateLimiter::default(),
+                limiter,
                 auth_limiter: ratelimit::AuthFailureLimiter::new(options.auth_failures),
                 auth_cache: auth_cache::AuthCache::new(auth_changes, auth_cache::CAPACITY),
-                boot_id: {
-                    let mut bytes = [0u8; 16];
-                    rand::thread_rng().fill_bytes(&mut bytes);
-                    hex::encode(bytes)
+                boot_id,
+                holder,
+                claim_lease: if options.claim_lease.is_zero() {
+                    deliveries::queue::CLAIM_LEASE
+                } else {
+                    options.claim_lease
                 },
                 cursors: pagination::Cursors::new(key),
                 admin_token_hash: auth::hash_token(admin_token),

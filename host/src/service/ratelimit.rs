@@ -9,7 +9,9 @@
 //! integers (tokens scaled by the window length in milliseconds), so the schedule is exact under
 //! the injected clock.
 //!
-//! The state is in memory: after a restart every store starts with a full allowance.
+//! One host keeps the state in memory (after a restart every store starts with a full
+//! allowance); hosts sharing a database keep it there, one record per store updated atomically
+//! per request, so the limits hold for all of them together.
 //!
 //! [`AuthFailureLimiter`] limits, per client address, the requests that fail authentication,
 //! with the same token bucket.
@@ -23,6 +25,7 @@ use jiff::Timestamp;
 
 use crate::model::error::{Error, Result};
 use crate::model::ids::StoreId;
+use crate::storage::Db;
 
 /// What the limiter says about an admitted request: the values of the `X-RateLimit-*` headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,7 +41,7 @@ const SECOND_MS: i64 = 1_000;
 
 /// A token bucket in integer arithmetic: one token is 1000 units, and the bucket refills
 /// `per_second` units per millisecond, so the schedule is exact under the injected clock.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 struct TokenBucket {
     /// Level in tokens × 1000.
     level: i64,
@@ -87,20 +90,88 @@ impl TokenBucket {
     }
 }
 
-#[derive(Debug)]
+/// A store's state under both limits: kept in memory by one host, or as the record
+/// `ratelimit/{store}` where hosts share the storage.
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 struct StoreState {
     bucket: TokenBucket,
     window_start_ms: i64,
     window_used: u32,
 }
 
-/// Per-store limiter state.
+impl StoreState {
+    fn new(limits: RateLimits, now_ms: i64) -> Self {
+        Self {
+            bucket: TokenBucket::full(limits.burst, now_ms),
+            window_start_ms: now_ms.div_euclid(MINUTE_MS) * MINUTE_MS,
+            window_used: 0,
+        }
+    }
+
+    /// Admits one request at `now_ms` (counting it against both limits), or refuses it with
+    /// the `Retry-After` seconds (a refused request does not count).
+    fn admit(
+        &mut self,
+        limits: RateLimits,
+        now_ms: i64,
+    ) -> Result<RateStatus, (Error, RateStatus)> {
+        let window_start = now_ms.div_euclid(MINUTE_MS) * MINUTE_MS;
+        self.bucket
+            .refill(limits.burst, limits.requests_per_second, now_ms);
+        if window_start > self.window_start_ms {
+            self.window_start_ms = window_start;
+            self.window_used = 0;
+        }
+        let reset_secs = ceil_div(self.window_start_ms + MINUTE_MS - now_ms, SECOND_MS).max(1);
+        let reset_secs = u64::try_from(reset_secs).unwrap_or(1);
+        let bucket_ok = self.bucket.has_token();
+        let window_ok = self.window_used < limits.requests_per_minute;
+        if bucket_ok && window_ok {
+            self.bucket.take();
+            self.window_used += 1;
+            let remaining = self.bucket.tokens().min(i64::from(
+                limits.requests_per_minute.saturating_sub(self.window_used),
+            ));
+            return Ok(RateStatus {
+                remaining: u64::try_from(remaining).unwrap_or(0),
+                reset_secs,
+            });
+        }
+        let retry_after = if window_ok {
+            // Wait for one token to refill.
+            self.bucket.retry_after_secs(limits.requests_per_second)
+        } else {
+            reset_secs
+        };
+        let status = RateStatus {
+            remaining: 0,
+            reset_secs,
+        };
+        Err((Error::RateLimited { retry_after }, status))
+    }
+}
+
+/// Per-store limiter state: in this host's memory, or, where hosts share the storage, in it,
+/// so that a store's limits hold across all of them together.
 #[derive(Debug, Default)]
 pub struct RateLimiter {
     stores: Mutex<HashMap<StoreId, StoreState>>,
+    /// The storage the hosts share, when they do.
+    shared: Option<Db>,
 }
 
 impl RateLimiter {
+    /// A limiter that keeps its state in memory, or in `shared` storage when hosts share it:
+    /// each admission is then one atomic update of the store's record (`ratelimit/{store}`,
+    /// [`Db::update`]), so the requests of one store wait for each other there, never for
+    /// another store's.
+    pub fn new(shared: Option<Db>) -> Self {
+        Self {
+            stores: Mutex::default(),
+            shared,
+        }
+    }
+
     /// Admits one request for `store` at `now`, or refuses it with `rate_limited` and the
     /// `Retry-After` seconds. A refused request does not count.
     pub fn admit(
@@ -110,46 +181,26 @@ impl RateLimiter {
         now: Timestamp,
     ) -> Result<RateStatus, (Error, RateStatus)> {
         let now_ms = now.as_millisecond();
-        let window_start = now_ms.div_euclid(MINUTE_MS) * MINUTE_MS;
-        let mut stores = self.stores.lock().unwrap_or_else(|e| e.into_inner());
-        let state = stores.entry(store.clone()).or_insert(StoreState {
-            bucket: TokenBucket::full(limits.burst, now_ms),
-            window_start_ms: window_start,
-            window_used: 0,
-        });
-        state
-            .bucket
-            .refill(limits.burst, limits.requests_per_second, now_ms);
-        if window_start > state.window_start_ms {
-            state.window_start_ms = window_start;
-            state.window_used = 0;
-        }
-        let reset_secs = ceil_div(state.window_start_ms + MINUTE_MS - now_ms, SECOND_MS).max(1);
-        let bucket_ok = state.bucket.has_token();
-        let window_ok = state.window_used < limits.requests_per_minute;
-        if bucket_ok && window_ok {
-            state.bucket.take();
-            state.window_used += 1;
-            let remaining = state
-                .bucket
-                .tokens()
-                .min(i64::from(limits.requests_per_minute - state.window_used));
-            return Ok(RateStatus {
-                remaining: u64::try_from(remaining).unwrap_or(0),
-                reset_secs: u64::try_from(reset_secs).unwrap_or(1),
+        if let Some(db) = &self.shared {
+            let key = format!("ratelimit/{store}");
+            let updated = db.update(&key, |state: Option<StoreState>| {
+                let mut state = state.unwrap_or_else(|| StoreState::new(limits, now_ms));
+                let answer = state.admit(limits, now_ms);
+                (state, answer)
+            });
+            return updated.unwrap_or_else(|e| {
+                let status = RateStatus {
+                    remaining: 0,
+                    reset_secs: 0,
+                };
+                Err((e, status))
             });
         }
-        let retry_after = if window_ok {
-            // Wait for one token to refill.
-            state.bucket.retry_after_secs(limits.requests_per_second)
-        } else {
-            u64::try_from(reset_secs).unwrap_or(1)
-        };
-        let status = RateStatus {
-            remaining: 0,
-            reset_secs: u64::try_from(reset_secs).unwrap_or(1),
-        };
-        Err((Error::RateLimited { retry_after }, status))
+        let mut stores = self.stores.lock().unwrap_or_else(|e| e.into_inner());
+        stores
+            .entry(store.clone())
+            .or_insert_with(|| StoreState::new(limits, now_ms))
+            .admit(limits, now_ms)
     }
 }
 
@@ -288,19 +339,98 @@ mod tests {
         Timestamp::from_millisecond(1_800_000_000_000 + ms).expect("ts")
     }
 
+    /// The limiter in memory, and kept in storage (sled, and PostgreSQL when the tests have one)
+    /// as hosts sharing a database keep it: both follow the same schedule.
+    fn each_limiter(check: impl Fn(&str, RateLimiter)) {
+        check("memory", RateLimiter::default());
+        let dir = tempfile::tempdir().expect("temp dir");
+        let sled = Db::open_sled(dir.path(), false).expect("sled");
+        check("sled", RateLimiter::new(Some(sled)));
+        if let Some(pg) = crate::storage::contract::fresh_postgres() {
+            check("postgres", RateLimiter::new(Some(Db::new(pg, true))));
+        }
+    }
+
     #[test]
     fn bucket_refills_at_the_sustained_rate_in_exact_steps() {
-        let limiter = RateLimiter::default();
-        let store = StoreId::generate(at(0));
-        let limits = RateLimits::default();
-        for _ in 0..120 {
-            limiter.admit(&store, limits, at(0)).expect("burst");
+        each_limiter(|kind, limiter| {
+            let store = StoreId::generate(at(0));
+            let limits = RateLimits::default();
+            for _ in 0..120 {
+                limiter.admit(&store, limits, at(0)).expect("burst");
+            }
+            let (err, _) = limiter.admit(&store, limits, at(0)).expect_err("empty");
+            assert_eq!(err.retry_after(), Some(1), "{kind}");
+            // 60 per second = one token every 16.67 ms: after 16 ms still empty, after 17 ms one.
+            assert!(limiter.admit(&store, limits, at(16)).is_err(), "{kind}");
+            assert!(limiter.admit(&store, limits, at(17)).is_ok(), "{kind}");
+            // Another store has its own allowance.
+            let other = StoreId::generate(at(1));
+            assert!(limiter.admit(&other, limits, at(17)).is_ok(), "{kind}");
+        });
+    }
+
+    #[test]
+    fn the_minute_window_caps_a_store_that_keeps_under_the_bucket() {
+        each_limiter(|kind, limiter| {
+            let store = StoreId::generate(at(0));
+            let limits = RateLimits::default();
+            // 10 requests every 200 ms stays within the bucket (50/s) but reaches 600 in the
+            // minute's first 12 s: the 601st is refused until the minute ends.
+            let mut admitted = 0;
+            let mut ms = 0;
+            let refused = loop {
+                match limiter.admit(&store, limits, at(ms)) {
+                    Ok(status) => {
+                        admitted += 1;
+                        assert_eq!(status.remaining, (600 - admitted).min(status.remaining));
+                    }
+                    Err((err, status)) => break (err, status, ms),
+                }
+                if admitted % 10 == 0 {
+                    ms += 200;
+                }
+            };
+            assert_eq!(admitted, 600, "{kind}");
+            let (err, status, ms) = refused;
+            assert_eq!(status.remaining, 0, "{kind}");
+            let reset = u64::try_from((60_000 - (1_800_000_000_000 + ms) % 60_000 + 999) / 1_000)
+                .expect("positive");
+            assert_eq!(err.retry_after(), Some(reset), "{kind}");
+        });
+    }
+
+    #[test]
+    fn a_shared_limiter_counts_the_requests_of_every_host_together() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut dbs = vec![Db::open_sled(dir.path(), false).expect("sled")];
+        if let Some(pg) = crate::storage::contract::fresh_postgres() {
+            dbs.push(Db::new(pg, true));
         }
-        let (err, _) = limiter.admit(&store, limits, at(0)).expect_err("empty");
-        assert_eq!(err.retry_after(), Some(1));
-        // 60 per second = one token every 16.67 ms: after 16 ms still empty, after 17 ms one.
-        assert!(limiter.admit(&store, limits, at(16)).is_err());
-        assert!(limiter.admit(&store, limits, at(17)).is_ok());
+        for db in dbs {
+            // Two hosts' limiters over one storage, eight threads each.
+            let hosts = [
+                std::sync::Arc::new(RateLimiter::new(Some(db.clone()))),
+                std::sync::Arc::new(RateLimiter::new(Some(db))),
+            ];
+            let store = StoreId::generate(at(0));
+            let threads: Vec<_> = (0..16)
+                .map(|i| {
+                    let limiter = hosts[i % 2].clone();
+                    let store = store.clone();
+                    std::thread::spawn(move || {
+                        (0..20)
+                            .filter(|_| limiter.admit(&store, RateLimits::default(), at(0)).is_ok())
+                            .count()
+                    })
+                })
+                .collect();
+            let admitted: usize = threads.into_iter().map(|t| t.join().expect("thread")).sum();
+            assert_eq!(
+                admitted, 120,
+                "320 requests at one instant: the burst of 120, once"
+            );
+        }
     }
 
     #[test]

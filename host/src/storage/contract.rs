@@ -6,6 +6,8 @@
 //! - Inside a transaction, reads see the transaction's own writes and removals.
 //! - Transactions are serializable: concurrent read-modify-write transactions on one key lose no
 //!   update (the backend runs a loser again).
+//! - Updates of one key ([`Storage::update`]) are atomic: concurrent ones lose none, the first
+//!   of them sees no value, and one that fails changes nothing.
 //! - Scans (outside transactions: sled has none inside) return keys under the prefix only, in
 //!   byte order, ascending or descending, strictly after the cursor, at most `limit`.
 //! - Values come back as written (JSON; PostgreSQL keeps them as `jsonb`, so whitespace and key
@@ -93,6 +95,45 @@ fn concurrent_read_modify_write_transactions_lose_no_update() {
             Some(100),
             "{backend}"
         );
+    });
+}
+
+#[test]
+fn concurrent_updates_of_a_key_lose_none_and_an_error_changes_nothing() {
+    each_backend(|backend, db| {
+        // The first updates of a missing key race too: exactly one of them sees `None`.
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let db = db.clone();
+                std::thread::spawn(move || {
+                    let mut firsts = 0;
+                    for _ in 0..25 {
+                        let first = db
+                            .update("hot/counter", |n: Option<u64>| {
+                                (n.unwrap_or(0) + 1, n.is_none())
+                            })
+                            .expect("update");
+                        firsts += usize::from(first);
+                    }
+                    firsts
+                })
+            })
+            .collect();
+        let firsts: usize = threads.into_iter().map(|t| t.join().expect("thread")).sum();
+        assert_eq!(firsts, 1, "{backend}");
+        assert_eq!(
+            db.read::<u64>("hot/counter").expect("read"),
+            Some(200),
+            "{backend}"
+        );
+        let refused = db.inner.update(b"hot/counter", &mut |_| {
+            Err(crate::Error::invalid("x", "refused on purpose"))
+        });
+        assert!(refused.is_err(), "{backend}");
+        let seen = db
+            .update("hot/counter", |n: Option<u64>| (n.unwrap_or(0), n))
+            .expect("update");
+        assert_eq!(seen, Some(200), "{backend}");
     });
 }
 

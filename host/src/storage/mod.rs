@@ -7,7 +7,7 @@
 //! and `contract.rs` tests what both promise.
 
 #[cfg(test)]
-mod contract;
+pub(crate) mod contract;
 pub mod postgres;
 pub mod queue;
 mod sled_store;
@@ -29,6 +29,9 @@ pub type Listener = Arc<dyn Fn(Option<&str>) + Send + Sync>;
 
 /// One key and its value, as returned by a scan.
 pub type Entry = (Vec<u8>, Vec<u8>);
+
+/// What [`Storage::update`] makes of a key's current value (`None`: no value): the new value.
+pub type Update<'a> = dyn FnMut(Option<&[u8]>) -> Result<Vec<u8>> + 'a;
 
 /// A key-value store with atomic, serializable multi-key transactions.
 pub trait Storage: Send + Sync + 'static {
@@ -52,6 +55,21 @@ pub trait Storage: Send + Sync + 'static {
 
     /// Makes every committed transaction durable (survives a crash of the process or machine).
     fn flush(&self) -> Result<()>;
+
+    /// Replaces the value at `key` with what `f` makes of the current one (`None`: no value),
+    /// atomically: concurrent updates of the key, from this process or another sharing the
+    /// storage, each see the value the previous one left, and none is lost. For a small record
+    /// that every request changes (a store's rate-limit state): cheaper than a transaction and
+    /// never refused for a conflict, since updates of one key wait for each other instead. `f`
+    /// may run more than once and must have no other effect; an error from it changes nothing.
+    /// Keys written this way must not be read or written in transactions.
+    fn update(&self, key: &[u8], f: &mut Update<'_>) -> Result<()> {
+        self.transact(&mut |txn| {
+            let current = txn.get(key)?;
+            let next = f(current.as_deref())?;
+            txn.put(key, next)
+        })
+    }
 
     /// Tells `heard`, from now on, what other processes sharing this storage announce when their
     /// transactions commit ([`Txn::announce`]), and `None` when some may have been missed (after
@@ -229,6 +247,24 @@ impl Db {
         f: impl FnMut(String, T) -> Result<()>,
     ) -> Result<()> {
         self.scan(prefix).each(f)
+    }
+
+    /// Replaces the record at `key` with what `f` makes of it (`None`: no record), atomically
+    /// even across hosts sharing the storage, without a transaction (see [`Storage::update`]);
+    /// returns what `f` returned with the record of the run that counted. Not flushed, and not
+    /// seen by watches: for a hot counter, not for a record of the store.
+    pub fn update<T, R>(&self, key: &str, mut f: impl FnMut(Option<T>) -> (T, R)) -> Result<R>
+    where
+        T: Serialize + DeserializeOwned,
+    {
+        let mut out = None;
+        self.inner.update(key.as_bytes(), &mut |current| {
+            let current = current.map(|v| decode(key, v)).transpose()?;
+            let (next, answer) = f(current);
+            out = Some(answer);
+            Ok(serde_json::to_vec(&next)?)
+        })?;
+        out.ok_or_else(|| Error::Internal(anyhow::anyhow!("an update produced no result")))
     }
 
     /// Runs `f` in one transaction and returns what it returns. `f` may run more than once.

@@ -413,6 +413,60 @@ impl Storage for PgStorage {
         ))
     }
 
+    fn update(&self, key: &[u8], f: &mut super::Update<'_>) -> Result<()> {
+        // Under READ COMMITTED, `FOR UPDATE` makes concurrent updates of the row wait for each
+        // other (no serialization conflict to retry); a missing row is first made, as JSON
+        // `null`, by whichever update gets there first.
+        const LOCK: &str = "SELECT value::text FROM records WHERE key = $1 FOR UPDATE";
+        let key = text(key, "a key")?;
+        let mut lease = self.pool.get()?;
+        let locked_key = key.clone();
+        let current = lease.call(move |client| {
+            let locked = (|| {
+                client.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED")?;
+                if let Some(row) = client.query_opt(LOCK, &[&locked_key])? {
+                    return Ok(row.get::<_, String>(0));
+                }
+                client.execute(
+                    "INSERT INTO records (key, value) VALUES ($1, 'null') ON CONFLICT (key) DO NOTHING",
+                    &[&locked_key],
+                )?;
+                client.query_one(LOCK, &[&locked_key]).map(|row| row.get::<_, String>(0))
+            })();
+            if locked.is_err() {
+                let _ = client.batch_execute("ROLLBACK");
+            }
+            locked
+        })?;
+        let current = current.map_err(|e| internal("locking a record", e))?;
+        let next = match f((current != "null").then_some(current.as_bytes())) {
+            Ok(next) => text(&next, "a record"),
+            Err(e) => Err(e),
+        };
+        let next = match next {
+            Ok(next) => next,
+            Err(e) => {
+                lease
+                    .call(|client| client.batch_execute("ROLLBACK"))?
+                    .map_err(|e| internal("rolling an update back", e))?;
+                return Err(e);
+            }
+        };
+        let written = lease.call(move |client| {
+            let written = client
+                .execute(
+                    "UPDATE records SET value = $2::text::jsonb WHERE key = $1",
+                    &[&key, &next],
+                )
+                .and_then(|_| client.batch_execute("COMMIT"));
+            if written.is_err() {
+                let _ = client.batch_execute("ROLLBACK");
+            }
+            written
+        })?;
+        written.map_err(|e| internal("updating a record", e))
+    }
+
     fn flush(&self) -> Result<()> {
         // A committed transaction is on disk already (synchronous_commit).
         Ok(())

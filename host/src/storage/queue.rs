@@ -132,6 +132,75 @@ impl Tx<'_> {
     }
 }
 
+/// Who holds a claim on work where hosts share the storage: a host (the id kept in its data
+/// folder, the same after a restart) in one boot of its process.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Holder {
+    /// The host, across its restarts.
+    pub host: String,
+    /// This boot of it: ids of later boots sort after those of earlier ones.
+    pub boot: String,
+}
+
+/// A host's claim on one piece of work (hosts sharing the storage only).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Claim {
+    /// The work queue entry claimed: a claim of another entry of the same work holds nothing.
+    due_key: String,
+    /// Until when (ms since the epoch).
+    until_ms: u64,
+    /// Who claimed it (absent in claims of hosts of before 0.2.1, which hold until their lease
+    /// ends).
+    #[serde(default)]
+    holder: Option<Holder>,
+}
+
+impl Tx<'_> {
+    /// Claims the work queue entry `due_key` for `holder` until `now + lease`, under the record
+    /// `claim_key`, in this transaction, so that one host makes the attempt: `false` while a
+    /// claim of another holder on the same entry holds. A claim of the same host in an earlier
+    /// boot (a smaller boot id) is taken over at once (that process ended, and its attempt with it); another host's
+    /// only when its lease ends (the host died, or its attempt ran past the lease). The claim
+    /// is released with [`Tx::release_claim`] in the transaction that records the outcome.
+    pub fn take_claim(
+        &mut self,
+        claim_key: &str,
+        due_key: &str,
+        holder: &Holder,
+        now: Timestamp,
+        lease: std::time::Duration,
+    ) -> Result<bool> {
+        let now_ms = millis(now);
+        if let Some(held) = self.read::<Claim>(claim_key)?
+            && held.due_key == due_key
+            && held.until_ms > now_ms
+        {
+            let earlier_boot = held
+                .holder
+                .as_ref()
+                .is_some_and(|h| h.host == holder.host && h.boot < holder.boot);
+            if !earlier_boot {
+                return Ok(false);
+            }
+        }
+        let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+        self.write(
+            claim_key,
+            &Claim {
+                due_key: due_key.to_owned(),
+                until_ms: now_ms.saturating_add(lease_ms),
+                holder: Some(holder.clone()),
+            },
+        )?;
+        Ok(true)
+    }
+
+    /// Releases the claim at `claim_key` (see [`Tx::take_claim`]).
+    pub fn release_claim(&mut self, claim_key: &str) -> Result<()> {
+        self.remove(claim_key)
+    }
+}
+
 /// Up to `limit` entries of `kind` due at `now`, in due order, after the key `after`, as stored
 /// (the caller decodes those it takes). Fewer than `limit` means that no other entry of the lane
 /// is due.
@@ -285,6 +354,46 @@ mod tests {
             store_id: "store_a".parse().expect("id"),
             message_id: format!("msg_{n}").parse().expect("id"),
         }
+    }
+
+    #[test]
+    fn a_claim_holds_against_other_hosts_until_its_lease_ends_but_not_against_its_hosts_next_boot()
+    {
+        let (db, _dir) = temp_db();
+        let holder = |host: &str, boot: &str| Holder {
+            host: host.to_owned(),
+            boot: boot.to_owned(),
+        };
+        let lease = std::time::Duration::from_secs(120);
+        let take = |who: &Holder, entry: &str, now: Timestamp| {
+            db.tx(|tx| tx.take_claim("claim/d", entry, who, now, lease))
+                .expect("claim")
+        };
+        let (a1, a2, b) = (holder("a", "1"), holder("a", "2"), holder("b", "1"));
+        assert!(take(&a1, "work/x/1", at(0)), "unclaimed");
+        assert!(!take(&a1, "work/x/1", at(1)), "in flight in this boot");
+        assert!(
+            !take(&b, "work/x/1", at(119)),
+            "another host waits for the lease"
+        );
+        assert!(
+            take(&a2, "work/x/1", at(2)),
+            "the host's next boot takes it back at once"
+        );
+        assert!(
+            !take(&a1, "work/x/1", at(3)),
+            "and it is the next boot's now"
+        );
+        assert!(
+            take(&b, "work/x/1", at(122)),
+            "the lease ended: another host takes it over"
+        );
+        assert!(
+            take(&a2, "work/x/2", at(123)),
+            "a claim of another entry holds nothing"
+        );
+        db.tx(|tx| tx.release_claim("claim/d")).expect("release");
+        assert!(take(&b, "work/x/2", at(124)), "released");
     }
 
     #[test]

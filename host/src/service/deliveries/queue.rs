@@ -108,19 +108,12 @@ pub fn due_stats(db: &Db, now: Timestamp, limit: usize) -> Result<(usize, std::t
     crate::storage::queue::due_stats(db, now, limit)
 }
 
-/// How long a host's claim on a delivery holds where hosts share the database: another host
-/// takes the delivery over only after it (the claiming host died, or its attempt ran past it:
-/// a webhook's timeout is 10 s, a component's wall-clock limit at most a minute).
+/// How long a host's claim on a delivery holds by default where hosts share the database:
+/// another host takes the delivery over only after it (the claiming host died, or its attempt
+/// ran past it: a webhook's timeout is 10 s, a component's wall-clock limit at most a minute).
+/// The operator may set another (`Options::claim_lease`); the same host restarted takes its own
+/// claims back at once.
 pub const CLAIM_LEASE: std::time::Duration = std::time::Duration::from_secs(120);
-
-/// A host's claim on the attempt a queue entry names (hosts sharing a database only).
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-struct Claim {
-    /// The queue entry claimed: a claim of an earlier entry of the delivery holds nothing.
-    due_key: String,
-    /// Until when (ms since the epoch).
-    until_ms: u64,
-}
 
 /// Key of the claim on a delivery.
 fn claim_key(delivery_key: &str) -> String {
@@ -129,14 +122,13 @@ fn claim_key(delivery_key: &str) -> String {
 
 /// The delivery a queue entry names, if the entry is still its current one (else the entry is a
 /// leftover and is removed). Where hosts share the database, the entry is also claimed for
-/// [`CLAIM_LEASE`] in one transaction, so that one host makes the attempt: `None` while another
-/// host's claim holds (the entry stays for it).
-pub fn claim(db: &Db, due_key: &str, entry: &DueEntry, now: Timestamp) -> Result<Option<Delivery>> {
+/// `holder` for the service's claim lease in one transaction ([`Tx::take_claim`]), so that one
+/// host makes the attempt: `None` while another host's claim holds (the entry stays for it).
+pub fn claim(service: &Service, due_key: &str, entry: &DueEntry) -> Result<Option<Delivery>> {
+    let db = &service.db;
     let key = delivery_key(&entry.store_id, &entry.target, &entry.event_id);
     if db.is_shared() {
-        let now_ms = millis(now);
-        let until_ms =
-            now_ms.saturating_add(u64::try_from(CLAIM_LEASE.as_millis()).unwrap_or(u64::MAX));
+        let now = service.now();
         return db.tx_relaxed(|tx| {
             let Some(d) = tx
                 .read::<Delivery>(&key)?
@@ -145,21 +137,14 @@ pub fn claim(db: &Db, due_key: &str, entry: &DueEntry, now: Timestamp) -> Result
                 tx.remove(due_key)?;
                 return Ok(None);
             };
-            let ck = claim_key(&key);
-            if let Some(held) = tx.read::<Claim>(&ck)?
-                && held.due_key == due_key
-                && held.until_ms > now_ms
-            {
-                return Ok(None);
-            }
-            tx.write(
-                &ck,
-                &Claim {
-                    due_key: due_key.to_owned(),
-                    until_ms,
-                },
+            let claimed = tx.take_claim(
+                &claim_key(&key),
+                due_key,
+                &service.holder,
+                now,
+                service.claim_lease,
             )?;
-            Ok(Some(d))
+            Ok(claimed.then_some(d))
         });
     }
     if let Some(d) = db.read::<Delivery>(&key)?
@@ -268,7 +253,7 @@ pub fn record_attempt(
     };
     tx.write(&attempt_key(&d.store_id, &d.target, &attempt.id), &attempt)?;
     if claims {
-        tx.remove(&claim_key(&key))?;
+        tx.release_claim(&claim_key(&key))?;
     }
     if let (TargetRef::Component(installation), Some(recording)) = (&d.target, &outcome.recording) {
         let kept = InvocationRecord {
@@ -372,7 +357,7 @@ fn purge_delivery(tx: &mut Tx<'_>, expiry: &Expiry, target: &TargetRef) -> Resul
     let Some(d) = tx.read::<Delivery>(&key)? else {
         return Ok(());
     };
-    tx.remove(&claim_key(&key))?;
+    tx.release_claim(&claim_key(&key))?;
     for id in &d.attempt_ids {
         tx.remove(&attempt_key(&d.store_id, &d.target, id))?;
         if matches!(d.target, TargetRef::Component(_)) {
