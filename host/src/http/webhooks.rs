@@ -188,7 +188,7 @@ pub async fn send_test_event(
 ) -> Result<(StatusCode, axum::Json<Delivery>)> {
     let id = webhook_id(&id)?;
     let delivery = app.service.send_test_event(&actor, &id, &body)?;
-    Ok((StatusCode::ACCEPTED, axum::Json(delivery)))
+    Ok((StatusCode::ACCEPTED, axum::Json(delivery.public())))
 }
 
 /// Resend one delivery now, named by its event (`evt_…`; one delivery per event and
@@ -212,7 +212,7 @@ pub async fn resend_delivery(
 ) -> Result<(StatusCode, axum::Json<Delivery>)> {
     let id = webhook_id(&id)?;
     let delivery = app.service.resend(&actor, &id, &event_id)?;
-    Ok((StatusCode::ACCEPTED, axum::Json(delivery)))
+    Ok((StatusCode::ACCEPTED, axum::Json(delivery.public())))
 }
 
 /// Rotate the signing secret with a 24-hour overlap: from now on deliveries are signed with the
@@ -266,7 +266,7 @@ pub async fn list_deliveries(
     Query(filter): Query<DeliveryFilter>,
 ) -> Result<axum::Json<Page<Delivery>>> {
     let id = webhook_id(&id)?;
-    Ok(axum::Json(
-        app.service.list_deliveries(&actor, &id, &filter)?,
-    ))
+    let mut page = app.service.list_deliveries(&actor, &id, &filter)?;
+    page.data = page.data.into_iter().map(Delivery::public).collect();
+    Ok(axum::Json(page))
 }

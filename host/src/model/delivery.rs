@@ -112,9 +112,20 @@ pub struct Delivery {
     /// subscription only, with `X-Service-Test: true`.
     #[serde(default)]
     pub test: bool,
+    /// Where hosts share the database: the host that claimed the attempt in flight (internal:
+    /// never shown by the API, see [`Delivery::public`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(ignore)]
+    pub claim: Option<crate::model::work::Claim>,
 }
 
 impl Delivery {
+    /// The delivery as the API shows it: without the hosts' claim on it.
+    pub fn public(mut self) -> Self {
+        self.claim = None;
+        self
+    }
+
     /// A pending delivery of `event` to `target`, not yet queued.
     pub fn new(event: &crate::model::event::Event, target: &TargetRef, now: Timestamp) -> Self {
         Self {
@@ -134,6 +145,7 @@ impl Delivery {
             cause_depth: 0,
             traceparent: None,
             test: false,
+            claim: None,
         }
     }
 

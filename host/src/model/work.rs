@@ -152,3 +152,50 @@ mod tests {
         );
     }
 }
+
+/// Who holds a claim on work where hosts share the storage: a host (the id kept in its data
+/// folder, the same after a restart) in one boot of its process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holder {
+    /// The host, across its restarts.
+    pub host: String,
+    /// This boot of it: ids of later boots sort after those of earlier ones.
+    pub boot: String,
+}
+
+/// A host's claim on one attempt of a piece of work (hosts sharing the storage only), so that
+/// one host makes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claim {
+    /// The work queue entry claimed: a claim of another entry of the same work holds nothing.
+    pub due_key: String,
+    /// Until when (ms since the epoch).
+    pub until_ms: u64,
+    /// Who claimed it (absent: anyone's, holding until its lease ends).
+    #[serde(default)]
+    pub holder: Option<Holder>,
+}
+
+impl Claim {
+    /// `holder`'s claim on the entry `due_key` from `now` for `lease`.
+    pub fn new(due_key: &str, holder: &Holder, now: Timestamp, lease: std::time::Duration) -> Self {
+        let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+        Self {
+            due_key: due_key.to_owned(),
+            until_ms: millis(now).saturating_add(lease_ms),
+            holder: Some(holder.clone()),
+        }
+    }
+
+    /// Whether this claim keeps `holder` from claiming the entry `due_key` at `now`: it is a
+    /// claim of that same entry, its lease has not ended, and it is not the same host's from an
+    /// earlier boot (a smaller boot id: that process ended, and its attempt with it). A claim of
+    /// the same boot holds too (the attempt is in flight).
+    pub fn holds_against(&self, due_key: &str, holder: &Holder, now: Timestamp) -> bool {
+        let earlier_boot = self
+            .holder
+            .as_ref()
+            .is_some_and(|h| h.host == holder.host && h.boot < holder.boot);
+        self.due_key == due_key && self.until_ms > millis(now) && !earlier_boot
+    }
+}

@@ -95,6 +95,12 @@ pub trait Txn {
     /// Removes `key`.
     fn delete(&mut self, key: &[u8]) -> Result<()>;
 
+    /// This transaction's commit need not wait until it is on disk: a crash may lose it, with
+    /// the transactions committed after it and never one before (PostgreSQL's asynchronous
+    /// commit). For the engine's bookkeeping, like [`Db::tx_relaxed`]; sled flushes only when
+    /// asked anyway.
+    fn relax(&mut self) {}
+
     /// Announces `message` to the other processes sharing the storage, once (and only if) this
     /// transaction commits. Nothing when no other process can share it (sled).
     fn announce(&mut self, message: &str) -> Result<()> {
@@ -306,6 +312,9 @@ impl Db {
             if shared && (tx.touched != 0 || tx.queued_delivery) {
                 let message = announcement(&watches, tx.touched, &tx.queued);
                 tx.inner.announce(&message)?;
+            }
+            if !flush && !tx.flush {
+                tx.inner.relax();
             }
             queued_delivery = tx.queued_delivery;
             queued = std::mem::take(&mut tx.queued);

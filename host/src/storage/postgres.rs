@@ -378,11 +378,17 @@ impl Storage for PgStorage {
             let mut txn = PgTxn {
                 lease: &mut lease,
                 conflict: false,
+                relaxed: false,
             };
             let ran = f(&mut txn);
             let conflict = txn.conflict;
+            let commit = if txn.relaxed {
+                "SET LOCAL synchronous_commit TO OFF; COMMIT"
+            } else {
+                "COMMIT"
+            };
             let retry = match ran {
-                Ok(()) => match lease.call(|client| client.batch_execute("COMMIT"))? {
+                Ok(()) => match lease.call(move |client| client.batch_execute(commit))? {
                     Ok(()) => return Ok(()),
                     Err(e) if retryable(&e) && attempt < MAX_ATTEMPTS => true,
                     Err(e) => {
@@ -468,7 +474,10 @@ impl Storage for PgStorage {
     }
 
     fn flush(&self) -> Result<()> {
-        // A committed transaction is on disk already (synchronous_commit).
+        // A committed transaction is on disk already (synchronous commit), except a relaxed one
+        // (`Txn::relax`): PostgreSQL's WAL writer flushes those within `wal_writer_delay` (200 ms
+        // by default), and the next synchronous commit flushes them with it; a crash before that
+        // loses only them and what was committed after them, as `Txn::relax` promises.
         Ok(())
     }
 
@@ -539,6 +548,8 @@ struct PgTxn<'a, 'p> {
     lease: &'a mut Lease<'p>,
     /// Whether a statement lost a serialization conflict (the transaction is then run again).
     conflict: bool,
+    /// Whether the commit may return before it is on disk ([`Txn::relax`]).
+    relaxed: bool,
 }
 
 impl PgTxn<'_, '_> {
@@ -584,6 +595,10 @@ impl Txn for PgTxn<'_, '_> {
             .lease
             .call(move |client| client.execute("DELETE FROM records WHERE key = $1", &[&key]))?;
         self.answer("removing a record", answer).map(|_| ())
+    }
+
+    fn relax(&mut self) {
+        self.relaxed = true;
     }
 
     fn announce(&mut self, message: &str) -> Result<()> {

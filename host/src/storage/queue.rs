@@ -132,36 +132,16 @@ impl Tx<'_> {
     }
 }
 
-/// Who holds a claim on work where hosts share the storage: a host (the id kept in its data
-/// folder, the same after a restart) in one boot of its process.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Holder {
-    /// The host, across its restarts.
-    pub host: String,
-    /// This boot of it: ids of later boots sort after those of earlier ones.
-    pub boot: String,
-}
-
-/// A host's claim on one piece of work (hosts sharing the storage only).
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-struct Claim {
-    /// The work queue entry claimed: a claim of another entry of the same work holds nothing.
-    due_key: String,
-    /// Until when (ms since the epoch).
-    until_ms: u64,
-    /// Who claimed it (absent in claims of hosts of before 0.2.1, which hold until their lease
-    /// ends).
-    #[serde(default)]
-    holder: Option<Holder>,
-}
+use crate::model::work::Claim;
+pub use crate::model::work::Holder;
 
 impl Tx<'_> {
     /// Claims the work queue entry `due_key` for `holder` until `now + lease`, under the record
     /// `claim_key`, in this transaction, so that one host makes the attempt: `false` while a
-    /// claim of another holder on the same entry holds. A claim of the same host in an earlier
-    /// boot (a smaller boot id) is taken over at once (that process ended, and its attempt with it); another host's
-    /// only when its lease ends (the host died, or its attempt ran past the lease). The claim
-    /// is released with [`Tx::release_claim`] in the transaction that records the outcome.
+    /// claim of another holder on the same entry holds ([`Claim::holds_against`]: a claim of
+    /// the same host's earlier boot is taken over at once, another host's only when its lease
+    /// ends). The claim is released with [`Tx::release_claim`] in the transaction that records
+    /// the outcome. (A delivery's claim is kept on the delivery itself instead.)
     pub fn take_claim(
         &mut self,
         claim_key: &str,
@@ -170,28 +150,12 @@ impl Tx<'_> {
         now: Timestamp,
         lease: std::time::Duration,
     ) -> Result<bool> {
-        let now_ms = millis(now);
         if let Some(held) = self.read::<Claim>(claim_key)?
-            && held.due_key == due_key
-            && held.until_ms > now_ms
+            && held.holds_against(due_key, holder, now)
         {
-            let earlier_boot = held
-                .holder
-                .as_ref()
-                .is_some_and(|h| h.host == holder.host && h.boot < holder.boot);
-            if !earlier_boot {
-                return Ok(false);
-            }
+            return Ok(false);
         }
-        let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
-        self.write(
-            claim_key,
-            &Claim {
-                due_key: due_key.to_owned(),
-                until_ms: now_ms.saturating_add(lease_ms),
-                holder: Some(holder.clone()),
-            },
-        )?;
+        self.write(claim_key, &Claim::new(due_key, holder, now, lease))?;
         Ok(true)
     }
 

@@ -20,6 +20,7 @@ use crate::model::error::{Error, Result};
 use crate::model::event::{Cause, Event, OUTBOX_PREFIX, OutboxEntry, event_key};
 use crate::model::ids::AttemptId;
 use crate::model::log::{InvocationRecord, invocation_key};
+use crate::model::work::Claim;
 use crate::service::Service;
 use crate::service::mail::{MailRoute, queue_mail};
 use crate::storage::{Db, Tx};
@@ -115,36 +116,40 @@ pub fn due_stats(db: &Db, now: Timestamp, limit: usize) -> Result<(usize, std::t
 /// claims back at once.
 pub const CLAIM_LEASE: std::time::Duration = std::time::Duration::from_secs(120);
 
-/// Key of the claim on a delivery.
-fn claim_key(delivery_key: &str) -> String {
-    format!("claim/{delivery_key}")
-}
-
 /// The delivery a queue entry names, if the entry is still its current one (else the entry is a
-/// leftover and is removed). Where hosts share the database, the entry is also claimed for
-/// `holder` for the service's claim lease in one transaction ([`Tx::take_claim`]), so that one
-/// host makes the attempt: `None` while another host's claim holds (the entry stays for it).
+/// leftover and is removed). Where hosts share the database, the attempt is also claimed for
+/// `holder` for the service's claim lease in one transaction, on the delivery record itself
+/// (`Delivery::claim`, see [`Claim::holds_against`]), so that one host makes the attempt: `None`
+/// while another host's claim holds (the entry stays for it). (A claim record of its own would
+/// put every claim on the same few index pages, where PostgreSQL's serializable transactions
+/// conflict with each other.)
 pub fn claim(service: &Service, due_key: &str, entry: &DueEntry) -> Result<Option<Delivery>> {
     let db = &service.db;
     let key = delivery_key(&entry.store_id, &entry.target, &entry.event_id);
     if db.is_shared() {
         let now = service.now();
         return db.tx_relaxed(|tx| {
-            let Some(d) = tx
+            let Some(mut d) = tx
                 .read::<Delivery>(&key)?
                 .filter(|d| is_current(d, due_key))
             else {
                 tx.remove(due_key)?;
                 return Ok(None);
             };
-            let claimed = tx.take_claim(
-                &claim_key(&key),
+            if d.claim
+                .as_ref()
+                .is_some_and(|c| c.holds_against(due_key, &service.holder, now))
+            {
+                return Ok(None);
+            }
+            d.claim = Some(Claim::new(
                 due_key,
                 &service.holder,
                 now,
                 service.claim_lease,
-            )?;
-            Ok(claimed.then_some(d))
+            ));
+            tx.write(&key, &d)?;
+            Ok(Some(d))
         });
     }
     if let Some(d) = db.read::<Delivery>(&key)?
@@ -191,9 +196,8 @@ impl Service {
     ) -> Result<Option<Paused>> {
         let now = self.now();
         let route = self.mail_route;
-        let claims = self.db.is_shared();
         self.db
-            .tx_relaxed(|tx| record_attempt(tx, due_key, entry, outcome, now, route, claims))
+            .tx_relaxed(|tx| record_attempt(tx, due_key, entry, outcome, now, route))
     }
 }
 
@@ -207,12 +211,11 @@ impl Service {
     ) -> Result<Vec<Option<Paused>>> {
         let now = self.now();
         let route = self.mail_route;
-        let claims = self.db.is_shared();
         self.db.tx_relaxed(|tx| {
             batch
                 .iter()
                 .map(|(due_key, entry, outcome)| {
-                    record_attempt(tx, due_key, entry, outcome, now, route, claims)
+                    record_attempt(tx, due_key, entry, outcome, now, route)
                 })
                 .collect()
         })
@@ -222,8 +225,8 @@ impl Service {
 /// Records an attempt and moves the delivery on: done on success; otherwise the next retry of
 /// the schedule, counted from now; after the last retry, failed, and the target paused, with the
 /// notice to its owner queued (`route`) in this same transaction, so that the pause is never
-/// committed without its mail. With `claims` (hosts share the storage) it also releases the
-/// host's claim on the delivery ([`claim`]). Returns the paused target and its notice.
+/// committed without its mail. It also ends a host's claim on the delivery ([`claim`]).
+/// Returns the paused target and its notice.
 pub fn record_attempt(
     tx: &mut Tx<'_>,
     due_key: &str,
@@ -231,7 +234,6 @@ pub fn record_attempt(
     outcome: &Outcome,
     now: Timestamp,
     route: MailRoute,
-    claims: bool,
 ) -> Result<Option<Paused>> {
     let key = delivery_key(&entry.store_id, &entry.target, &entry.event_id);
     let Some(mut d) = tx.read::<Delivery>(&key)? else {
@@ -252,9 +254,8 @@ pub fn record_attempt(
         logs: outcome.logs.clone(),
     };
     tx.write(&attempt_key(&d.store_id, &d.target, &attempt.id), &attempt)?;
-    if claims {
-        tx.release_claim(&claim_key(&key))?;
-    }
+    // The attempt is recorded: the claim on it ends (the record is written below).
+    d.claim = None;
     if let (TargetRef::Component(installation), Some(recording)) = (&d.target, &outcome.recording) {
         let kept = InvocationRecord {
             store_id: d.store_id.clone(),
@@ -357,7 +358,6 @@ fn purge_delivery(tx: &mut Tx<'_>, expiry: &Expiry, target: &TargetRef) -> Resul
     let Some(d) = tx.read::<Delivery>(&key)? else {
         return Ok(());
     };
-    tx.release_claim(&claim_key(&key))?;
     for id in &d.attempt_ids {
         tx.remove(&attempt_key(&d.store_id, &d.target, id))?;
         if matches!(d.target, TargetRef::Component(_)) {
@@ -499,8 +499,7 @@ mod tests {
         // The last failure, in a transaction that then aborts: neither the pause nor its mail.
         let now = service.now();
         let aborted: Result<()> = service.db.tx(|tx| {
-            let paused =
-                record_attempt(tx, &key, &entry, &failed(now), now, MailRoute::Smtp, false)?;
+            let paused = record_attempt(tx, &key, &entry, &failed(now), now, MailRoute::Smtp)?;
             assert!(paused.is_some());
             Err(Error::invalid("x", "abort after the pause"))
         });
