@@ -128,6 +128,17 @@ impl TestHost {
         Self::start_with(data, ManualClock::new(start), Arc::new(adjust)).await
     }
 
+    /// Starts a host on the data folder `data` as it is (its storage too: see [`test_database`]),
+    /// with a clock at [`epoch`].
+    pub async fn start_in(data: tempfile::TempDir) -> Self {
+        Self::start_with(
+            Arc::new(data),
+            ManualClock::new(epoch()),
+            Arc::new(|_: &mut Config| {}),
+        )
+        .await
+    }
+
     /// Starts a second host on `other`'s database, with a data folder of its own and the same
     /// clock: several hosts on one PostgreSQL. `None` when the suite runs on sled (a sled folder
     /// belongs to one process).

@@ -13,6 +13,7 @@ pub mod client;
 pub mod credentials;
 pub mod demo;
 pub mod dev;
+pub mod export;
 pub mod package;
 pub mod plugin;
 pub mod run;
@@ -50,6 +51,12 @@ enum Command {
     /// Store a developer's API key for a host: `plugin publish` then publishes as that
     /// developer, without the admin token.
     Login(credentials::LoginArgs),
+    /// Write every record of a host's storage (sled, or PostgreSQL with --database-url) as a
+    /// dump, components included, to move it to another backend. Stop the host first.
+    Export(export::ExportArgs),
+    /// Load a dump made by `export` into an empty storage (a new data folder, or a new
+    /// PostgreSQL database with --database-url).
+    Import(export::ImportArgs),
 }
 
 #[derive(clap::Args)]
@@ -156,6 +163,8 @@ pub fn main() -> anyhow::Result<()> {
             println!("key stored in {}", path.display());
             Ok(())
         }),
+        Command::Export(args) => export::export_command(&args),
+        Command::Import(args) => export::import_command(&args),
     };
     // Storage is flushed by now; a component still running past the grace period (each is bounded
     // by its own deadline anyway) does not hold up the exit.
