@@ -3,7 +3,9 @@
 //!
 //! `cargo bench -p commerce-host-tests --bench api` (env `BENCH_SECS`; `BENCH_CONCURRENCY`, the
 //! clients of the GETs, 16 by default; `BENCH_POST_CONCURRENCY`, the clients of the POSTs, 64 by
-//! default). The figures are also written to `target/bench/api.json`.
+//! default). The figures are also written to `target/bench/api.json`. With `BENCH_DATABASE_URL`
+//! (a PostgreSQL server; the run makes a fresh database on it) the durable run is repeated on
+//! PostgreSQL, its figures named with a `_pg` suffix.
 
 use std::time::{Duration, Instant};
 
@@ -131,10 +133,26 @@ async fn main() {
     );
     tokio::spawn(async move { axum::serve(bare, app).await });
 
-    for durable in [true, false] {
+    let postgres = std::env::var("BENCH_DATABASE_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .map(|server| {
+            commerce_host::storage::postgres::fresh_database(&server)
+                .expect("a fresh database on BENCH_DATABASE_URL")
+        });
+    let mut runs = vec![(true, None), (false, None)];
+    if let Some(url) = postgres {
+        runs.push((true, Some(url)));
+    }
+    for (durable, database_url) in runs {
+        let on_postgres = database_url.is_some();
         let host = TestHost::start_configured(move |c| {
             c.clock = std::sync::Arc::new(commerce_host::model::clock::SystemClock);
             c.durable_writes = durable;
+            if database_url.is_some() {
+                c.database_url = database_url.clone();
+                c.database_pool_size = 16;
+            }
         })
         .await;
         let (store, token) = host.store_with_plugin("bench.example", &ALL_SCOPES).await;
@@ -158,16 +176,19 @@ async fn main() {
         let client = reqwest::Client::new();
 
         println!(
-            "\n== durable_writes = {durable}, {concurrency} concurrent clients for GET, \
-             {post_concurrency} for POST, {secs} s each"
+            "\n== {}, durable_writes = {durable}, {concurrency} concurrent clients for GET, \
+             {post_concurrency} for POST, {secs} s each",
+            if on_postgres { "PostgreSQL" } else { "sled" }
         );
-        // `get_order_…`, `post_order_durable_…`; `get_order_nondurable_…`, `post_order_nondurable_…`.
+        // `get_order_…`, `post_order_durable_…`; `get_order_nondurable_…`,
+        // `post_order_nondurable_…`; on PostgreSQL the durable names with `_pg` at the end.
         let (get_name, post_name) = if durable {
             ("get_order", "post_order_durable")
         } else {
             ("get_order_nondurable", "post_order_nondurable")
         };
-        if durable {
+        let pg = if on_postgres { "_pg" } else { "" };
+        if durable && !on_postgres {
             let c = client.clone();
             let url = bare_url.clone();
             let (per_s, p99_ms, cpu_us) =
@@ -202,10 +223,10 @@ async fn main() {
         })
         .await
         .print();
-        figures.set(&format!("{get_name}_req_per_s"), per_s);
-        figures.set(&format!("{get_name}_p99_ms"), p99_ms);
-        figures.set(&format!("{get_name}_cpu_us_per_req"), cpu_us);
-        if durable {
+        figures.set(&format!("{get_name}_req_per_s{pg}"), per_s);
+        figures.set(&format!("{get_name}_p99_ms{pg}"), p99_ms);
+        figures.set(&format!("{get_name}_cpu_us_per_req{pg}"), cpu_us);
+        if durable && !on_postgres {
             get_per_s = per_s;
         }
         let (c, t) = (client.clone(), token.clone());
@@ -223,9 +244,9 @@ async fn main() {
         })
         .await
         .print();
-        figures.set(&format!("{post_name}_req_per_s"), per_s);
-        figures.set(&format!("{post_name}_p99_ms"), p99_ms);
-        figures.set(&format!("{post_name}_cpu_us_per_req"), cpu_us);
+        figures.set(&format!("{post_name}_req_per_s{pg}"), per_s);
+        figures.set(&format!("{post_name}_p99_ms{pg}"), p99_ms);
+        figures.set(&format!("{post_name}_cpu_us_per_req{pg}"), cpu_us);
     }
     if bare_per_s > 0.0 {
         figures.set("get_order_vs_bare_pct", 100.0 * get_per_s / bare_per_s);

@@ -6,6 +6,12 @@
 //! after `FANOUT_SERIAL` (default 200) events one at a time to one subscription of a second store
 //! (the latency from the commit to the first attempt's arrival). Figures also go to
 //! `target/bench/fanout.json`.
+//!
+//! With `BENCH_DATABASE_URL` (a PostgreSQL server; each run makes fresh databases on it) the
+//! same runs follow on PostgreSQL, with one host and then with two hosts (two services, each with
+//! its own engine, in this process) on one database, events committed through both: figures
+//! with a `_pg` suffix, `engine_deliveries_per_s_pg_2hosts` and `scale_out_ratio_pg` (two hosts'
+//! deliveries/s over one host's; on one machine the two share its cores).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -17,7 +23,9 @@ use axum::http::{HeaderMap, Uri};
 use commerce_host::delivery::{Engine, EngineConfig};
 use commerce_host::model::event::data::{OrderPaid, PaidOrder};
 use commerce_host::model::plugin::Manifest;
+use commerce_host::model::store::Store;
 use commerce_host::model::webhook::NewWebhook;
+use commerce_host::service::Service;
 
 #[derive(Default)]
 struct Arrivals {
@@ -80,78 +88,114 @@ fn report(
     figures
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let events = env_usize("FANOUT_EVENTS", 200);
-    let subscriptions = env_usize("FANOUT_SUBSCRIPTIONS", 50);
-    let concurrency = env_usize("FANOUT_CONCURRENCY", 64);
+/// The hosts of a run: services over one storage, each with its engine, a store with
+/// `subscriptions` webhook subscriptions to `order.paid`, and a quiet store with one.
+struct Hosts {
+    services: Vec<Service>,
+    engines: Vec<Engine>,
+    store: Store,
+    quiet: Store,
+    _data: Vec<tempfile::TempDir>,
+}
 
-    let arrivals = Arc::new(Arrivals::default());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let base = format!("http://{}", listener.local_addr()?);
-    let app = axum::Router::new()
-        .fallback(receive)
-        .with_state(arrivals.clone());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-
-    // 1. The engine: a host on a temporary folder with the wall clock.
-    let data = tempfile::tempdir()?;
-    let mut config = commerce_host::Config::new(data.path());
-    config.admin_token = Some("bench-admin-token-0123456789".to_owned());
-    config.webhook_allow_networks = vec!["127.0.0.0/8".parse()?];
-    config.delivery_concurrency = concurrency;
-    let service = commerce_host::open_service(&config)?;
-    let store = service.create_store("bench.example")?;
-    service.publish_plugin(
-        Manifest {
-            name: "bench".into(),
-            version: "1.0.0".into(),
-            description: None,
-            scopes: vec!["orders.read".into()],
-            contact_email: "dev@bench.example".into(),
-            webhooks: Vec::new(),
-            events: Vec::new(),
-            limits: None,
-        },
-        &Default::default(),
-        None,
-    )?;
-    let installed = service.install(&store.id, "bench")?;
-    let actor = service.authenticate(&installed.token)?;
-    for i in 0..subscriptions {
+impl Hosts {
+    /// `hosts` hosts on sled (one) or on `database_url`, delivering to `base`.
+    async fn start(
+        database_url: Option<&str>,
+        hosts: usize,
+        base: &str,
+        subscriptions: usize,
+        concurrency: usize,
+    ) -> anyhow::Result<Self> {
+        let (mut services, mut engines, mut data) = (Vec::new(), Vec::new(), Vec::new());
+        let mut configs = Vec::new();
+        for _ in 0..hosts {
+            let dir = tempfile::tempdir()?;
+            let mut config = commerce_host::Config::new(dir.path());
+            config.admin_token = Some("bench-admin-token-0123456789".to_owned());
+            config.webhook_allow_networks = vec!["127.0.0.0/8".parse()?];
+            config.delivery_concurrency = concurrency;
+            config.database_url = database_url.map(str::to_owned);
+            services.push(commerce_host::open_service(&config)?);
+            configs.push(config);
+            data.push(dir);
+        }
+        let service = &services[0];
+        let store = service.create_store("bench.example")?;
+        service.publish_plugin(
+            Manifest {
+                name: "bench".into(),
+                version: "1.0.0".into(),
+                description: None,
+                scopes: vec!["orders.read".into()],
+                contact_email: "dev@bench.example".into(),
+                webhooks: Vec::new(),
+                events: Vec::new(),
+                limits: None,
+            },
+            &Default::default(),
+            None,
+        )?;
+        let installed = service.install(&store.id, "bench")?;
+        let actor = service.authenticate(&installed.token)?;
+        for i in 0..subscriptions {
+            service
+                .create_webhook(
+                    &actor,
+                    NewWebhook {
+                        url: format!("{base}/s{i}"),
+                        events: vec!["order.paid".into()],
+                        secret: "bench-secret-0123456789".into(),
+                    },
+                )
+                .await?;
+        }
+        // A second store with one subscription, for the latency of one event at a time.
+        let quiet = service.create_store("quiet.example")?;
+        let quiet_token = service.install(&quiet.id, "bench")?.token;
         service
             .create_webhook(
-                &actor,
+                &service.authenticate(&quiet_token)?,
                 NewWebhook {
-                    url: format!("{base}/s{i}"),
+                    url: format!("{base}/quiet"),
                     events: vec!["order.paid".into()],
                     secret: "bench-secret-0123456789".into(),
                 },
             )
             .await?;
+        for (service, config) in services.iter().zip(&configs) {
+            engines.push(Engine::start(
+                service.clone(),
+                EngineConfig::from(config),
+                None,
+            )?);
+        }
+        // Let the plugin.installed events (no subscriber) drain first.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        Ok(Self {
+            services,
+            engines,
+            store,
+            quiet,
+            _data: data,
+        })
     }
-    // A second store with one subscription, for the latency of one event at a time.
-    let quiet = service.create_store("quiet.example")?;
-    let quiet_token = service.install(&quiet.id, "bench")?.token;
-    service
-        .create_webhook(
-            &service.authenticate(&quiet_token)?,
-            NewWebhook {
-                url: format!("{base}/quiet"),
-                events: vec!["order.paid".into()],
-                secret: "bench-secret-0123456789".into(),
-            },
-        )
-        .await?;
-    let engine = Engine::start(service.clone(), EngineConfig::from(&config), None)?;
-    // Let the plugin.installed events (no subscriber) drain first.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let mut figures = commerce_host_tests::bench::Figures::default();
 
-    // 1a. One event at a time: committed → its first attempt arrives.
-    let serial = env_usize("FANOUT_SERIAL", 200);
-    let mut latencies = Vec::with_capacity(serial);
-    for n in 0..serial {
+    async fn stop(self) {
+        for engine in self.engines {
+            engine
+                .stop(tokio::time::Instant::now() + Duration::from_secs(30))
+                .await;
+        }
+    }
+}
+
+/// One event at a time to the quiet store: from the commit's start to its first attempt's
+/// arrival. Returns (p50, p99) in ms.
+async fn serial(hosts: &Hosts, arrivals: &Arrivals, count: usize) -> anyhow::Result<(f64, f64)> {
+    let service = &hosts.services[0];
+    let mut latencies = Vec::with_capacity(count);
+    for n in 0..count {
         let data = OrderPaid {
             order: PaidOrder {
                 id: format!("ord_q{n}").parse()?,
@@ -164,7 +208,7 @@ async fn main() -> anyhow::Result<()> {
         let committed = Instant::now();
         let event = service
             .db
-            .tx(|tx| tx.emit(&quiet.reference(), data.clone(), service.now()))?;
+            .tx(|tx| tx.emit(&hosts.quiet.reference(), data.clone(), service.now()))?;
         let key = (event.id.to_string(), "/quiet".to_owned());
         let deadline = committed + Duration::from_secs(30);
         let arrived = loop {
@@ -178,17 +222,26 @@ async fn main() -> anyhow::Result<()> {
     }
     let (_, p50, p99) = report(
         "  one at a time (write -> first attempt)",
-        serial,
+        count,
         latencies.iter().sum(),
         &mut latencies,
     );
-    figures.set("first_attempt_p50_ms", p50);
-    figures.set("first_attempt_p99_ms", p99);
     arrivals.first.lock().expect("lock").clear();
+    Ok((p50, p99))
+}
 
+/// `events` events committed to the store (through each host in turn), each fanned out to
+/// every subscription. Returns (deliveries/s, p50 ms, p99 ms) from commit to first arrival.
+async fn burst(
+    hosts: &Hosts,
+    arrivals: &Arrivals,
+    events: usize,
+    subscriptions: usize,
+) -> anyhow::Result<(f64, f64, f64)> {
     let mut fired = HashMap::new();
     let start = Instant::now();
     for n in 0..events {
+        let service = &hosts.services[n % hosts.services.len()];
         let data = OrderPaid {
             order: PaidOrder {
                 id: format!("ord_{n}").parse()?,
@@ -198,7 +251,7 @@ async fn main() -> anyhow::Result<()> {
         };
         let event = service
             .db
-            .tx(|tx| tx.emit(&store.reference(), data.clone(), service.now()))?;
+            .tx(|tx| tx.emit(&hosts.store.reference(), data.clone(), service.now()))?;
         fired.insert(event.id.to_string(), Instant::now());
     }
     let fire_elapsed = start.elapsed();
@@ -209,9 +262,6 @@ async fn main() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let elapsed = start.elapsed();
-    engine
-        .stop(tokio::time::Instant::now() + std::time::Duration::from_secs(30))
-        .await;
     let mut latencies: Vec<Duration> = arrivals
         .first
         .lock()
@@ -219,28 +269,53 @@ async fn main() -> anyhow::Result<()> {
         .iter()
         .filter_map(|((event, _), at)| fired.get(event).map(|f| at.duration_since(*f)))
         .collect();
+    arrivals.first.lock().expect("lock").clear();
     println!(
-        "fan-out: {events} events x {subscriptions} subscriptions = {total} signed deliveries, concurrency {concurrency}"
-    );
-    println!(
-        "  events fired (committed) in {:.3} s = {:.0} events/s; all delivered after {:.3} s = {:.0} events/s fully fanned out",
+        "  {events} events x {subscriptions} subscriptions = {total} signed deliveries, {} host(s); \
+         events committed in {:.3} s = {:.0} events/s; all delivered after {:.3} s",
+        hosts.services.len(),
         fire_elapsed.as_secs_f64(),
         events as f64 / fire_elapsed.as_secs_f64(),
         elapsed.as_secs_f64(),
-        events as f64 / elapsed.as_secs_f64()
     );
-    let (per_s, p50, p99) = report(
+    Ok(report(
         "  engine burst (committed -> first attempt)",
         total,
         elapsed,
         &mut latencies,
-    );
+    ))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let events = env_usize("FANOUT_EVENTS", 200);
+    let subscriptions = env_usize("FANOUT_SUBSCRIPTIONS", 50);
+    let concurrency = env_usize("FANOUT_CONCURRENCY", 64);
+    let serial_count = env_usize("FANOUT_SERIAL", 200);
+
+    let arrivals = Arc::new(Arrivals::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    let app = axum::Router::new()
+        .fallback(receive)
+        .with_state(arrivals.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let mut figures = commerce_host_tests::bench::Figures::default();
+
+    // 1. The engine: a host on a temporary folder (sled) with the wall clock.
+    println!("== sled, one host, concurrency {concurrency}");
+    let hosts = Hosts::start(None, 1, &base, subscriptions, concurrency).await?;
+    let (p50, p99) = serial(&hosts, &arrivals, serial_count).await?;
+    figures.set("first_attempt_p50_ms", p50);
+    figures.set("first_attempt_p99_ms", p99);
+    let (per_s, p50, p99) = burst(&hosts, &arrivals, events, subscriptions).await?;
+    hosts.stop().await;
     figures.set("engine_deliveries_per_s", per_s);
     figures.set("burst_first_attempt_p50_ms", p50);
     figures.set("burst_first_attempt_p99_ms", p99);
 
     // 2. The baseline: the same number of POSTs of the same size, same concurrency, plain reqwest.
-    arrivals.first.lock().expect("lock").clear();
+    let total = events * subscriptions;
     let body = Bytes::from(vec![b'x'; 330]);
     let client = reqwest::Client::new();
     let semaphore = Arc::new(tokio::sync::Semaphore::new(concurrency));
@@ -270,6 +345,7 @@ async fn main() -> anyhow::Result<()> {
         anyhow::ensure!(ok, "baseline request failed");
         latencies.push(latency);
     }
+    arrivals.first.lock().expect("lock").clear();
     let (plain, _, _) = report(
         "  plain reqwest POST loop",
         total,
@@ -282,6 +358,38 @@ async fn main() -> anyhow::Result<()> {
         "  engine deliveries/s = {:.0} % of the plain loop",
         100.0 * per_s / plain
     );
+
+    // 3. PostgreSQL: one host, then two on one database.
+    if let Some(server) = std::env::var("BENCH_DATABASE_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+    {
+        let fresh = || commerce_host::storage::postgres::fresh_database(&server);
+        println!("\n== PostgreSQL, one host, concurrency {concurrency}");
+        let hosts = Hosts::start(Some(&fresh()?), 1, &base, subscriptions, concurrency).await?;
+        let (p50, p99) = serial(&hosts, &arrivals, serial_count).await?;
+        figures.set("first_attempt_p50_ms_pg", p50);
+        figures.set("first_attempt_p99_ms_pg", p99);
+        let (one, p50, p99) = burst(&hosts, &arrivals, events, subscriptions).await?;
+        hosts.stop().await;
+        figures.set("engine_deliveries_per_s_pg", one);
+        figures.set("burst_first_attempt_p50_ms_pg", p50);
+        figures.set("burst_first_attempt_p99_ms_pg", p99);
+        figures.set("engine_vs_plain_percent_pg", 100.0 * one / plain);
+
+        println!("\n== PostgreSQL, two hosts on one database, concurrency {concurrency} each");
+        let hosts = Hosts::start(Some(&fresh()?), 2, &base, subscriptions, concurrency).await?;
+        let (two, p50, p99) = burst(&hosts, &arrivals, events, subscriptions).await?;
+        hosts.stop().await;
+        figures.set("engine_deliveries_per_s_pg_2hosts", two);
+        figures.set("burst_first_attempt_p50_ms_pg_2hosts", p50);
+        figures.set("burst_first_attempt_p99_ms_pg_2hosts", p99);
+        figures.set("scale_out_ratio_pg", two / one);
+        println!(
+            "  two hosts deliver {:.2}x one host's deliveries/s (one machine: they share its cores)",
+            two / one
+        );
+    }
     figures.write("fanout")?;
     Ok(())
 }

@@ -62,7 +62,8 @@ pub trait Storage: Send + Sync + 'static {
     /// that every request changes (a store's rate-limit state): cheaper than a transaction and
     /// never refused for a conflict, since updates of one key wait for each other instead. `f`
     /// may run more than once and must have no other effect; an error from it changes nothing.
-    /// Keys written this way must not be read or written in transactions.
+    /// Keys written this way must not be read or written in transactions. An update is not
+    /// flushed: a crash may lose the last ones.
     fn update(&self, key: &[u8], f: &mut Update<'_>) -> Result<()> {
         self.transact(&mut |txn| {
             let current = txn.get(key)?;
