@@ -203,6 +203,21 @@ async fn until_shown(browser: &Client, what: &str) -> String {
     panic!("{what:?} never showed:\n{text}");
 }
 
+/// Waits, without reloading, until the page's text contains `what`: for what a page shows only
+/// once (a notice after a form's redirect, a new key), which a reload would clear. A click on a
+/// form's button may return before the redirected page is in, so the page is read until it is.
+async fn until_shown_once(browser: &Client, what: &str) -> String {
+    let mut text = String::new();
+    for _ in 0..200 {
+        text = page_text(browser).await;
+        if text.contains(what) {
+            return text;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{what:?} never showed:\n{text}");
+}
+
 /// Waits until the browser shows a page whose path starts with `prefix` (a form's redirect).
 async fn wait_for_path(browser: &Client, prefix: &str) {
     for _ in 0..100 {
@@ -429,7 +444,7 @@ async fn a_developer_replays_a_failed_delivery_from_the_console_in_a_real_browse
     // A key from the console publishes the developer's plugin.
     fill(&browser, "#name", "laptop").await;
     click(&browser, "form.panel button.primary").await;
-    let key = until_shown(&browser, "shown only this once").await;
+    let key = until_shown_once(&browser, "shown only this once").await;
     let key = key
         .split_whitespace()
         .find(|w| w.starts_with("chk_"))
@@ -468,7 +483,7 @@ async fn a_developer_replays_a_failed_delivery_from_the_console_in_a_real_browse
     assert!(text.contains("HTTP 503"), "{text}");
     receiver.set("/hooks", Behavior::Status(204));
     click(&browser, &format!("#webhook-{wh} button.primary")).await;
-    until_shown(&browser, "Resumed").await;
+    until_shown_once(&browser, "Resumed").await;
     click(&browser, "nav.filters a[href$='status=failed']").await;
     let text = until_shown(&browser, &event).await;
     assert!(text.contains("failed"), "{text}");
@@ -479,7 +494,7 @@ async fn a_developer_replays_a_failed_delivery_from_the_console_in_a_real_browse
 
     // Replay, and the new attempt.
     click(&browser, "button.primary").await;
-    until_shown(&browser, "Replayed: 1 delivery is queued").await;
+    until_shown_once(&browser, "Replayed: 1 delivery is queued").await;
     until_shown(&browser, "succeeded").await;
     screenshot(&browser, "delivery-replayed").await;
     assert_eq!(receiver.requests("/hooks").len(), 8);
