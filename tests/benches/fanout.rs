@@ -286,6 +286,37 @@ async fn burst(
     ))
 }
 
+/// What the bench sends: `events` × `subscriptions` deliveries at `concurrency`, and
+/// `serial_count` events one at a time.
+struct Sizes {
+    events: usize,
+    subscriptions: usize,
+    concurrency: usize,
+    serial_count: usize,
+}
+
+/// One host on `db` (sled when `None`): events one at a time, then the burst. Sets their figures,
+/// named with `suffix` at the end, and returns the burst's deliveries/s.
+async fn one_host(
+    db: Option<&str>,
+    base: &str,
+    arrivals: &Arrivals,
+    sizes: &Sizes,
+    figures: &mut commerce_host_tests::bench::Figures,
+    suffix: &str,
+) -> anyhow::Result<f64> {
+    let hosts = Hosts::start(db, 1, base, sizes.subscriptions, sizes.concurrency).await?;
+    let (p50, p99) = serial(&hosts, arrivals, sizes.serial_count).await?;
+    figures.set(&format!("first_attempt_p50_ms{suffix}"), p50);
+    figures.set(&format!("first_attempt_p99_ms{suffix}"), p99);
+    let (per_s, p50, p99) = burst(&hosts, arrivals, sizes.events, sizes.subscriptions).await?;
+    hosts.stop().await;
+    figures.set(&format!("engine_deliveries_per_s{suffix}"), per_s);
+    figures.set(&format!("burst_first_attempt_p50_ms{suffix}"), p50);
+    figures.set(&format!("burst_first_attempt_p99_ms{suffix}"), p99);
+    Ok(per_s)
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let events = env_usize("FANOUT_EVENTS", 200);
@@ -304,15 +335,13 @@ async fn main() -> anyhow::Result<()> {
 
     // 1. The engine: a host on a temporary folder (sled) with the wall clock.
     println!("== sled, one host, concurrency {concurrency}");
-    let hosts = Hosts::start(None, 1, &base, subscriptions, concurrency).await?;
-    let (p50, p99) = serial(&hosts, &arrivals, serial_count).await?;
-    figures.set("first_attempt_p50_ms", p50);
-    figures.set("first_attempt_p99_ms", p99);
-    let (per_s, p50, p99) = burst(&hosts, &arrivals, events, subscriptions).await?;
-    hosts.stop().await;
-    figures.set("engine_deliveries_per_s", per_s);
-    figures.set("burst_first_attempt_p50_ms", p50);
-    figures.set("burst_first_attempt_p99_ms", p99);
+    let sizes = Sizes {
+        events,
+        subscriptions,
+        concurrency,
+        serial_count,
+    };
+    let per_s = one_host(None, &base, &arrivals, &sizes, &mut figures, "").await?;
 
     // 2. The baseline: the same number of POSTs of the same size, same concurrency, plain reqwest.
     let total = events * subscriptions;
@@ -366,15 +395,8 @@ async fn main() -> anyhow::Result<()> {
     {
         let fresh = || commerce_host::storage::postgres::fresh_database(&server);
         println!("\n== PostgreSQL, one host, concurrency {concurrency}");
-        let hosts = Hosts::start(Some(&fresh()?), 1, &base, subscriptions, concurrency).await?;
-        let (p50, p99) = serial(&hosts, &arrivals, serial_count).await?;
-        figures.set("first_attempt_p50_ms_pg", p50);
-        figures.set("first_attempt_p99_ms_pg", p99);
-        let (one, p50, p99) = burst(&hosts, &arrivals, events, subscriptions).await?;
-        hosts.stop().await;
-        figures.set("engine_deliveries_per_s_pg", one);
-        figures.set("burst_first_attempt_p50_ms_pg", p50);
-        figures.set("burst_first_attempt_p99_ms_pg", p99);
+        let db = fresh()?;
+        let one = one_host(Some(&db), &base, &arrivals, &sizes, &mut figures, "_pg").await?;
         figures.set("engine_vs_plain_percent_pg", 100.0 * one / plain);
 
         println!("\n== PostgreSQL, two hosts on one database, concurrency {concurrency} each");

@@ -191,6 +191,19 @@ async fn accept_through_the_pages(host: &TestHost, browser: &Client, email: &str
 
 /// Reloads the page until its text contains `what`.
 async fn until_shown(browser: &Client, what: &str) -> String {
+    wait_for_text(browser, what, true).await
+}
+
+/// Waits, without reloading, until the page's text contains `what`: for what a page shows only
+/// once (a notice after a form's redirect, a new key), which a reload would clear. A click on a
+/// form's button may return before the redirected page is in, so the page is read until it is.
+async fn until_shown_once(browser: &Client, what: &str) -> String {
+    wait_for_text(browser, what, false).await
+}
+
+/// Reads the page's text until it contains `what` (for about 10 s), reloading between reads when
+/// `reload`.
+async fn wait_for_text(browser: &Client, what: &str, reload: bool) -> String {
     let mut text = String::new();
     for _ in 0..100 {
         text = page_text(browser).await;
@@ -198,22 +211,9 @@ async fn until_shown(browser: &Client, what: &str) -> String {
             return text;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-        browser.refresh().await.expect("reloaded");
-    }
-    panic!("{what:?} never showed:\n{text}");
-}
-
-/// Waits, without reloading, until the page's text contains `what`: for what a page shows only
-/// once (a notice after a form's redirect, a new key), which a reload would clear. A click on a
-/// form's button may return before the redirected page is in, so the page is read until it is.
-async fn until_shown_once(browser: &Client, what: &str) -> String {
-    let mut text = String::new();
-    for _ in 0..200 {
-        text = page_text(browser).await;
-        if text.contains(what) {
-            return text;
+        if reload {
+            browser.refresh().await.expect("reloaded");
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("{what:?} never showed:\n{text}");
 }
