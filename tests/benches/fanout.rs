@@ -99,14 +99,19 @@ struct Hosts {
 }
 
 impl Hosts {
-    /// `hosts` hosts on sled (one) or on `database_url`, delivering to `base`.
+    /// `hosts` hosts on `database_url` (one host on sled when `None`), delivering to `base`.
     async fn start(
         database_url: Option<&str>,
         hosts: usize,
         base: &str,
-        subscriptions: usize,
-        concurrency: usize,
+        sizes: &Sizes,
     ) -> anyhow::Result<Self> {
+        // Hosts on sled would each have a storage of their own, not one store between them.
+        anyhow::ensure!(
+            hosts == 1 || database_url.is_some(),
+            "several hosts share one PostgreSQL database; on sled there is one host"
+        );
+        let (subscriptions, concurrency) = (sizes.subscriptions, sizes.concurrency);
         let (mut services, mut engines, mut data) = (Vec::new(), Vec::new(), Vec::new());
         let mut configs = Vec::new();
         for _ in 0..hosts {
@@ -305,7 +310,7 @@ async fn one_host(
     figures: &mut commerce_host_tests::bench::Figures,
     suffix: &str,
 ) -> anyhow::Result<f64> {
-    let hosts = Hosts::start(db, 1, base, sizes.subscriptions, sizes.concurrency).await?;
+    let hosts = Hosts::start(db, 1, base, sizes).await?;
     let (p50, p99) = serial(&hosts, arrivals, sizes.serial_count).await?;
     figures.set(&format!("first_attempt_p50_ms{suffix}"), p50);
     figures.set(&format!("first_attempt_p99_ms{suffix}"), p99);
@@ -400,7 +405,7 @@ async fn main() -> anyhow::Result<()> {
         figures.set("engine_vs_plain_percent_pg", 100.0 * one / plain);
 
         println!("\n== PostgreSQL, two hosts on one database, concurrency {concurrency} each");
-        let hosts = Hosts::start(Some(&fresh()?), 2, &base, subscriptions, concurrency).await?;
+        let hosts = Hosts::start(Some(&fresh()?), 2, &base, &sizes).await?;
         let (two, p50, p99) = burst(&hosts, &arrivals, events, subscriptions).await?;
         hosts.stop().await;
         figures.set("engine_deliveries_per_s_pg_2hosts", two);
