@@ -3,6 +3,11 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tracing_subscriber::layer::SubscriberExt as _;
 
 /// The named figures of one bench run, written on [`Figures::write`].
 #[derive(Debug, Default)]
@@ -36,5 +41,79 @@ impl Figures {
         std::fs::write(&path, serde_json::to_vec_pretty(&rounded)?)?;
         println!("figures written to {}", path.display());
         Ok(path)
+    }
+}
+
+/// The engine's attempts as they are recorded, seen without polling storage: a tracing layer
+/// that counts the `delivery.attempt` spans as they close (the engine closes an attempt's span
+/// once the attempt is recorded) and wakes whoever waits. A bench that polled storage in a loop
+/// would take one of a small machine's cores from the engine it measures.
+#[derive(Debug, Clone, Default)]
+pub struct Attempts {
+    seen: Arc<Seen>,
+}
+
+#[derive(Debug, Default)]
+struct Seen {
+    count: AtomicU64,
+    /// When the latest attempt's span closed.
+    last: Mutex<Option<Instant>>,
+    wake: tokio::sync::Notify,
+}
+
+/// The layer behind [`Attempts`].
+struct Closing(Arc<Seen>);
+
+impl<S> tracing_subscriber::Layer<S> for Closing
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_close(&self, id: tracing::span::Id, ctx: tracing_subscriber::layer::Context<'_, S>) {
+        if ctx
+            .span(&id)
+            .is_some_and(|span| span.name() == "delivery.attempt")
+        {
+            let now = Instant::now();
+            *self.0.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(now);
+            self.0.count.fetch_add(1, Ordering::SeqCst);
+            self.0.wake.notify_waiters();
+        }
+    }
+}
+
+impl Attempts {
+    /// Installs the layer as the process's tracing subscriber (only the engine's attempt spans
+    /// are enabled, so nothing else pays for it). Call once, before the engine starts.
+    pub fn install() -> anyhow::Result<Self> {
+        use tracing_subscriber::Layer as _;
+        let attempts = Self::default();
+        let layer = Closing(attempts.seen.clone()).with_filter(
+            tracing_subscriber::filter::filter_fn(|meta| meta.name() == "delivery.attempt"),
+        );
+        tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))?;
+        Ok(attempts)
+    }
+
+    /// Attempts recorded so far.
+    pub fn count(&self) -> u64 {
+        self.seen.count.load(Ordering::SeqCst)
+    }
+
+    /// Waits until at least `count` attempts were recorded, for at most `timeout`; returns when
+    /// the latest of them was.
+    pub async fn wait_for(&self, count: u64, timeout: Duration) -> anyhow::Result<Instant> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let woken = self.seen.wake.notified();
+            if self.count() >= count {
+                let last = *self.seen.last.lock().unwrap_or_else(|e| e.into_inner());
+                return last.ok_or_else(|| anyhow::anyhow!("no attempt was recorded"));
+            }
+            anyhow::ensure!(
+                tokio::time::timeout_at(deadline, woken).await.is_ok(),
+                "{count} attempts were not recorded within {timeout:?} ({} were)",
+                self.count()
+            );
+        }
     }
 }

@@ -42,8 +42,6 @@ use crate::model::delivery::Outcome;
 use crate::model::delivery::{DueEntry, RETENTION, TargetRef};
 use crate::model::error::{Error, Result};
 use crate::model::event::Cause;
-use crate::model::store::Installation;
-use crate::model::webhook::Subscription;
 use crate::model::work::{Work, WorkKind};
 use crate::service::Service;
 use crate::service::deliveries::queue;
@@ -110,6 +108,9 @@ pub struct EngineConfig {
 pub struct Engine {
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
+    /// The attempt recorder's task: it ends once the engine's task (and with it every sender of
+    /// attempts) is gone.
+    recorder: tokio::task::JoinHandle<()>,
     alive: Arc<AtomicBool>,
 }
 
@@ -134,6 +135,9 @@ pub(crate) fn off_workers<R>(service: &Service, f: impl FnOnce() -> R) -> R {
         f()
     }
 }
+
+/// How long a stopping engine waits for its recorder to write the attempts it was given.
+const RECORDER_GRACE: Duration = Duration::from_secs(10);
 
 /// Most attempts recorded in one transaction.
 const RECORD_BATCH: usize = 256;
@@ -215,7 +219,7 @@ impl Engine {
     ) -> Result<Self> {
         let timeouts = Timeouts::new(config.webhook_timeout);
         let (recorder, pending) = mpsc::unbounded_channel();
-        tokio::spawn(record_attempts(service.clone(), pending));
+        let recording = tokio::spawn(record_attempts(service.clone(), pending));
         let shared = Arc::new(Shared {
             http: HttpClient::new(service.network.clone(), timeouts)?,
             mail: HostMail::new(config.smtp_url.as_deref(), &config.mail_from, timeouts.smtp)?,
@@ -240,7 +244,12 @@ impl Engine {
             let _guard = guard;
             run(shared, config, stopped).await;
         });
-        Ok(Self { stop, task, alive })
+        Ok(Self {
+            stop,
+            task,
+            recorder: recording,
+            alive,
+        })
     }
 
     /// A cheap liveness signal: true while the engine's task runs (what `GET /readyz` reads).
@@ -250,7 +259,7 @@ impl Engine {
 
     /// Stops taking work, waits until `deadline` for the attempts in flight (each bounded by its
     /// own timeout), then drops what is left (an attempt not recorded runs again after a restart)
-    /// and returns.
+    /// and returns once nothing of the engine holds the service (and its storage) any more.
     pub async fn stop(mut self, deadline: tokio::time::Instant) {
         let _ = self.stop.send(true);
         match tokio::time::timeout_at(deadline, &mut self.task).await {
@@ -259,7 +268,17 @@ impl Engine {
             Err(_) => {
                 tracing::warn!("shutdown: delivery attempts still in flight were dropped");
                 self.task.abort();
+                let _ = (&mut self.task).await;
             }
+        }
+        // The recorder ends with the engine's task, once it has recorded what it was given.
+        if tokio::time::timeout(RECORDER_GRACE, &mut self.recorder)
+            .await
+            .is_err()
+        {
+            tracing::warn!("shutdown: attempts still being recorded were dropped");
+            self.recorder.abort();
+            let _ = (&mut self.recorder).await;
         }
     }
 }
@@ -360,7 +379,7 @@ impl Shared {
     ) -> Result<bool> {
         let db = &self.service.db;
         let now = self.service.now();
-        let fanned = queue::fan_out(db, &self.service.metrics, now, BATCH)?;
+        let fanned = queue::fan_out(&self.service, now, BATCH)?;
         if now >= *next_purge {
             let purged = queue::purge(db, now, BATCH)?;
             if purged > 0 {
@@ -580,21 +599,17 @@ impl Shared {
     /// Reads who is behind a target. A removed one (its attempt only records that) counts on its
     /// own.
     fn owner(&self, entry: &DueEntry) -> Result<Owner> {
-        let db = &self.service.db;
+        let targets = self.service.targets.of(&self.service.db, &entry.store_id)?;
         let installation = match &entry.target {
-            TargetRef::Component(id) => Some(id.clone()),
-            TargetRef::Webhook(id) => db
-                .read::<Subscription>(&Subscription::key(&entry.store_id, id))?
-                .map(|sub| sub.installation_id),
-        };
-        let installation: Option<Installation> = match installation {
-            Some(id) => db.read(&Installation::key(&entry.store_id, &id))?,
-            None => None,
+            TargetRef::Component(id) => targets.installation(id),
+            TargetRef::Webhook(id) => targets
+                .subscription(id)
+                .and_then(|sub| targets.installation(&sub.installation_id)),
         };
         Ok(match installation {
             Some(i) => Owner {
                 installation: i.id.to_string(),
-                plugin: i.plugin,
+                plugin: i.plugin.clone(),
             },
             None => Owner {
                 installation: entry.target.key(),
@@ -653,7 +668,7 @@ impl Shared {
                 queue::fail_unsent(db, due_key, entry, "the event expired")?;
                 return Ok(None);
             };
-            let unsent = match target::load(db, &entry.store_id, &entry.target, &event)? {
+            let unsent = match target::load(service, &entry.store_id, &entry.target, &event)? {
                 TargetState::Active(target) => return Ok(Some((event, target))),
                 TargetState::Paused => "the target was paused",
                 TargetState::Gone => "the target was removed",
@@ -668,11 +683,10 @@ impl Shared {
         let wall = std::time::Instant::now();
         let outcome = match &target {
             Target::Webhook(sub) => {
-                let installation = off_workers(service, || {
-                    db.read::<Installation>(&Installation::key(&sub.store_id, &sub.installation_id))
-                })?;
-                let scopes = installation
-                    .map(|i| i.scopes.into_iter().collect())
+                let targets = off_workers(service, || service.targets.of(db, &sub.store_id))?;
+                let scopes = targets
+                    .installation(&sub.installation_id)
+                    .map(|i| i.scopes.iter().copied().collect())
                     .unwrap_or_default();
                 let event = event.for_scopes(&scopes);
                 let signing = webhook::Signing {

@@ -19,10 +19,10 @@
 //! [`Service::admit`]: super::Service::admit
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use crate::model::ids::{InstallationId, StoreId};
-use crate::storage::Changes;
+use crate::storage::{Changes, Copied, CopyGuard};
 
 use super::auth::Actor;
 
@@ -36,15 +36,12 @@ pub const CAPACITY: usize = 10_000;
 /// records.
 #[derive(Debug)]
 pub struct AuthCache {
-    changes: Arc<Changes>,
+    copy: Copied<State>,
     capacity: usize,
-    state: Mutex<State>,
 }
 
 #[derive(Debug, Default)]
 struct State {
-    /// The generation the entries were read at.
-    generation: u64,
     /// Token hash → the actor it authenticates.
     tokens: HashMap<[u8; 32], Actor>,
     /// Installations known to be installed, with their store.
@@ -56,28 +53,20 @@ impl AuthCache {
     /// [`WATCHED`]) does not move.
     pub fn new(changes: Arc<Changes>, capacity: usize) -> Self {
         Self {
-            changes,
+            copy: Copied::new(changes),
             capacity: capacity.max(1),
-            state: Mutex::default(),
         }
     }
 
     /// The validity check: the generation of the records the cache copies. Entries made at
     /// another generation are not used. Read it before reading the records to remember.
     pub fn generation(&self) -> u64 {
-        self.changes.generation()
+        self.copy.generation()
     }
 
     /// The state, emptied first if the records changed since it was filled.
-    fn current(&self) -> MutexGuard<'_, State> {
-        let generation = self.generation();
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if state.generation != generation {
-            state.tokens.clear();
-            state.installed.clear();
-            state.generation = generation;
-        }
-        state
+    fn current(&self) -> CopyGuard<'_, State> {
+        self.copy.current()
     }
 
     /// The actor of the token with SHA-256 `hash`, if it is known and current.
@@ -89,7 +78,7 @@ impl AuthCache {
     /// installation, then, was installed); ignored if they have changed since.
     pub fn remember_actor(&self, hash: [u8; 32], actor: &Actor, read_at: u64) {
         let mut state = self.current();
-        if state.generation != read_at {
+        if state.generation() != read_at {
             return;
         }
         if !state.tokens.contains_key(&hash) {
@@ -116,7 +105,7 @@ impl AuthCache {
     /// if the records have changed since.
     pub fn remember_installed(&self, store: &StoreId, installation: &InstallationId, read_at: u64) {
         let mut state = self.current();
-        if state.generation == read_at {
+        if state.generation() == read_at {
             remember_installed(&mut state, self.capacity, store, installation);
         }
     }

@@ -62,6 +62,9 @@ pub struct Inner {
     /// Authenticated tokens and installed installations, current while their records are
     /// unchanged.
     pub auth_cache: auth_cache::AuthCache,
+    /// Each store's targets (subscriptions, installations, their plugin versions), current while
+    /// their records are unchanged.
+    pub targets: deliveries::index::TargetIndex,
     /// Id of this boot of the host (its start, then random: later boots sort after earlier
     /// ones): an idempotency claim of an earlier boot was cut short by the restart.
     pub boot_id: String,
@@ -154,6 +157,7 @@ impl Service {
         hex::decode_to_slice(&secret, &mut key)
             .map_err(|e| anyhow::anyhow!("the stored cursor secret is corrupt: {e}"))?;
         let auth_changes = db.watch(&auth_cache::WATCHED);
+        let target_changes = db.watch(&deliveries::index::WATCHED);
         let limiter = ratelimit::RateLimiter::new(db.is_shared().then(|| db.clone()));
         // Time-ordered (the start in µs, then random), so a host's later boot sorts after its
         // earlier ones.
@@ -182,6 +186,10 @@ impl Service {
                 limiter,
                 auth_limiter: ratelimit::AuthFailureLimiter::new(options.auth_failures),
                 auth_cache: auth_cache::AuthCache::new(auth_changes, auth_cache::CAPACITY),
+                targets: deliveries::index::TargetIndex::new(
+                    target_changes,
+                    deliveries::index::CAPACITY,
+                ),
                 boot_id,
                 holder,
                 claim_lease: if options.claim_lease.is_zero() {

@@ -442,6 +442,67 @@ impl Changes {
     }
 }
 
+/// An in-memory copy of records under watched prefixes ([`Db::watch`]), held as one `T` with the
+/// generation it was made at. Used at any other generation it starts again from `T::default()`,
+/// so it is never used past a committed change of what it copies, and nothing has to know which
+/// part of it a change concerns. To add what was read from the records, read
+/// [`Copied::generation`] first and add only if [`CopyGuard::generation`] is still that one: a
+/// copy of records read while they changed is never kept.
+#[derive(Debug)]
+pub struct Copied<T> {
+    changes: Arc<Changes>,
+    state: Mutex<(u64, T)>,
+}
+
+/// The copy held by [`Copied::current`], locked.
+#[derive(Debug)]
+pub struct CopyGuard<'a, T>(MutexGuard<'a, (u64, T)>);
+
+impl<T: Default> Copied<T> {
+    /// An empty copy of the records `changes` watches.
+    pub fn new(changes: Arc<Changes>) -> Self {
+        Self {
+            changes,
+            state: Mutex::new((0, T::default())),
+        }
+    }
+
+    /// The generation of the copied records now: read it before reading them.
+    pub fn generation(&self) -> u64 {
+        self.changes.generation()
+    }
+
+    /// The copy, emptied first if the records changed since it was made.
+    pub fn current(&self) -> CopyGuard<'_, T> {
+        let generation = self.generation();
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.0 != generation {
+            *state = (generation, T::default());
+        }
+        CopyGuard(state)
+    }
+}
+
+impl<T> CopyGuard<'_, T> {
+    /// The generation of the records the copy was made of.
+    pub fn generation(&self) -> u64 {
+        self.0.0
+    }
+}
+
+impl<T> std::ops::Deref for CopyGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0.1
+    }
+}
+
+impl<T> std::ops::DerefMut for CopyGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.0.1
+    }
+}
+
 /// Group commit: a durable transaction must not return before a flush that started after it
 /// committed has finished, but one flush makes every transaction committed before it durable. So
 /// the transactions that wait at the same time share one: each takes a ticket once committed; one

@@ -3,5 +3,6 @@
 //! to its owner), replay, and the purge of expired events. Every change is one storage
 //! transaction; the delivery engine (`crate::delivery`) only decides when to call them.
 
+pub mod index;
 pub mod queue;
 pub mod target;

@@ -36,71 +36,86 @@ fn enqueue(tx: &mut Tx<'_>, delivery: &mut Delivery, at: Timestamp) -> Result<()
     Ok(())
 }
 
-/// Fans out up to `limit` outbox entries; returns how many it took. Each committed event is
-/// counted in `metrics` once, when the transaction that removes its outbox entry commits.
-pub fn fan_out(
-    db: &Db,
-    metrics: &crate::metrics::Metrics,
-    now: Timestamp,
-    limit: usize,
-) -> Result<usize> {
+/// Outbox entries fanned out in one transaction at most: a burst of events shares the
+/// transactions' fixed cost, while a conflict (another host fanning out the same entries) repeats
+/// only a few.
+const FAN_OUT_PER_TX: usize = 32;
+
+/// Fans out up to `limit` outbox entries, a few per transaction; returns how many it took. Each
+/// committed event is counted in the service's metrics once, when the transaction that removes
+/// its outbox entry commits.
+pub fn fan_out(service: &Service, now: Timestamp, limit: usize) -> Result<usize> {
+    let db = &service.db;
     let batch: Vec<(String, OutboxEntry)> = db.list(OUTBOX_PREFIX, None, false, limit)?;
-    for (key, entry) in &batch {
-        let event: Option<Event> = db.read(&event_key(&entry.store_id, &entry.event_id))?;
-        let candidates = match &event {
-            Some(event) => target::candidates(db, &entry.store_id, event)?,
-            None => Vec::new(),
-        };
-        let fanned = db.tx_relaxed(|tx| {
-            if tx.read::<OutboxEntry>(key)?.is_none() {
-                return Ok(false);
-            }
-            tx.remove(key)?;
-            let Some(event) = &event else {
-                return Ok(false); // Expired before it was fanned out.
+    for chunk in batch.chunks(FAN_OUT_PER_TX) {
+        let mut prepared = Vec::with_capacity(chunk.len());
+        for (key, entry) in chunk {
+            let event: Option<Event> = db.read(&event_key(&entry.store_id, &entry.event_id))?;
+            let candidates = match &event {
+                Some(event) => target::candidates(service, &entry.store_id, event)?,
+                None => Vec::new(),
             };
-            let mut targets = Vec::new();
-            for target in &candidates {
-                if let TargetRef::Component(installation) = target
-                    && !Cause::reaches_component(entry.cause.as_ref(), installation)
-                {
-                    continue; // Loop protection: see `Cause`.
-                }
-                let Some(active) = target::wants_in_tx(tx, &event.store.id, target, event)? else {
-                    continue;
-                };
-                let mut delivery = Delivery::new(event, target, now);
-                delivery.cause_depth = entry.cause.as_ref().map_or(0, |c| c.depth);
-                delivery.traceparent.clone_from(&entry.trace);
-                if active {
-                    enqueue(tx, &mut delivery, now)?;
-                } else {
-                    delivery.status = DeliveryStatus::Failed;
-                    delivery.failure = Some("the subscription was paused".to_owned());
-                }
-                tx.write(&delivery.key(), &delivery)?;
-                targets.push(target.clone());
-            }
-            tx.write(
-                &expiry_key(
-                    later(event.created_at, RETENTION)?,
-                    &event.store.id,
-                    &event.id,
-                ),
-                &Expiry {
-                    store_id: event.store.id.clone(),
-                    event_id: event.id.clone(),
-                    targets,
-                    test: false,
-                },
-            )?;
-            Ok(true)
+            prepared.push((key, entry, event, candidates));
+        }
+        let fanned = db.tx_relaxed(|tx| {
+            prepared
+                .iter()
+                .map(|(key, entry, event, candidates)| {
+                    fan_out_one(tx, key, entry, event.as_ref(), candidates, now)
+                })
+                .collect::<Result<Vec<bool>>>()
         })?;
-        if fanned && let Some(event) = &event {
-            metrics.event_emitted(event.kind().as_str());
+        for ((_, _, event, _), fanned) in prepared.iter().zip(fanned) {
+            if fanned && let Some(event) = event {
+                service.metrics.event_emitted(event.kind().as_str());
+            }
         }
     }
     Ok(batch.len())
+}
+
+/// In the fan-out's transaction: turns one outbox entry into a delivery per target that still
+/// wants its event (of `candidates`), and removes it. Returns whether it did (false: another
+/// host took it first, or the event expired before it was fanned out).
+fn fan_out_one(
+    tx: &mut Tx<'_>,
+    key: &str,
+    entry: &OutboxEntry,
+    event: Option<&Event>,
+    candidates: &[TargetRef],
+    now: Timestamp,
+) -> Result<bool> {
+    if tx.read::<OutboxEntry>(key)?.is_none() {
+        return Ok(false);
+    }
+    tx.remove(key)?;
+    let Some(event) = event else {
+        return Ok(false); // Expired before it was fanned out.
+    };
+    let mut targets = Vec::new();
+    for target in candidates {
+        if let TargetRef::Component(installation) = target
+            && !Cause::reaches_component(entry.cause.as_ref(), installation)
+        {
+            continue; // Loop protection: see `Cause`.
+        }
+        let Some(active) = target::wants_in_tx(tx, &event.store.id, target, event)? else {
+            continue;
+        };
+        let mut delivery = Delivery::new(event, target, now);
+        delivery.cause_depth = entry.cause.as_ref().map_or(0, |c| c.depth);
+        delivery.traceparent.clone_from(&entry.trace);
+        if active {
+            enqueue(tx, &mut delivery, now)?;
+        } else {
+            delivery.status = DeliveryStatus::Failed;
+            delivery.failure = Some("the subscription was paused".to_owned());
+        }
+        tx.write(&delivery.key(), &delivery)?;
+        targets.push(target.clone());
+    }
+    write_expiry(tx, event, targets, false)?;
+    Ok(true)
 }
 
 /// The work queue at `now`, for the metrics: how many entries are due (in flight included),
@@ -370,6 +385,24 @@ fn purge_delivery(tx: &mut Tx<'_>, expiry: &Expiry, target: &TargetRef) -> Resul
     tx.remove(&key)
 }
 
+/// Notes when `event` expires (its retention from its creation) and the targets it went to, for
+/// the purge to remove it with their deliveries.
+fn write_expiry(tx: &mut Tx<'_>, event: &Event, targets: Vec<TargetRef>, test: bool) -> Result<()> {
+    tx.write(
+        &expiry_key(
+            later(event.created_at, RETENTION)?,
+            &event.store.id,
+            &event.id,
+        ),
+        &Expiry {
+            store_id: event.store.id.clone(),
+            event_id: event.id.clone(),
+            targets,
+            test,
+        },
+    )
+}
+
 /// Queues a test delivery of `event` (already built) to one webhook subscription, due `now`: the
 /// event is kept under its test key (not in the event log, never fanned out) and expires with the
 /// usual retention. Returns the delivery.
@@ -385,24 +418,12 @@ pub fn enqueue_test(
     delivery.traceparent = crate::telemetry::current_traceparent();
     enqueue(tx, &mut delivery, now)?;
     tx.write(&delivery.key(), &delivery)?;
-    tx.write(
-        &expiry_key(
-            later(event.created_at, RETENTION)?,
-            &event.store.id,
-            &event.id,
-        ),
-        &Expiry {
-            store_id: event.store.id.clone(),
-            event_id: event.id.clone(),
-            targets: vec![target.clone()],
-            test: true,
-        },
-    )?;
+    write_expiry(tx, event, vec![target.clone()], true)?;
     Ok(delivery)
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::BTreeMap;
     use std::sync::Arc;
 
@@ -417,9 +438,9 @@ mod tests {
     use crate::service::Options;
     use crate::storage::queue::due;
 
-    /// A store whose plugin's manifest webhook takes `plugin.installed`, installed: one delivery
-    /// queued for the webhook.
-    fn one_queued_delivery() -> (Service, ManualClock, tempfile::TempDir) {
+    /// A service with the plugin `hooked` published: its manifest webhook takes
+    /// `plugin.installed`.
+    pub(crate) fn with_hooked_plugin() -> (Service, ManualClock, tempfile::TempDir) {
         let dir = tempfile::tempdir().expect("temp dir");
         let db = Db::open_sled(dir.path(), false).expect("db");
         let clock = ManualClock::new("2026-01-05T00:00:00Z".parse().expect("ts"));
@@ -429,7 +450,6 @@ mod tests {
         };
         let service =
             Service::with_options(db, Arc::new(clock.clone()), "admin", options).expect("service");
-        let store = service.create_store("acme.example").expect("store");
         let manifest = serde_json::from_value(serde_json::json!({
             "name": "hooked", "version": "1.0.0", "contact_email": "dev@hooked.example",
             "webhooks": [{"url": "https://1.1.1.1/in", "events": ["plugin.installed"],
@@ -439,8 +459,16 @@ mod tests {
         service
             .publish_plugin(manifest, &BTreeMap::new(), None)
             .expect("publish");
+        (service, clock, dir)
+    }
+
+    /// A store whose plugin's manifest webhook takes `plugin.installed`, installed: one delivery
+    /// queued for the webhook.
+    fn one_queued_delivery() -> (Service, ManualClock, tempfile::TempDir) {
+        let (service, clock, dir) = with_hooked_plugin();
+        let store = service.create_store("acme.example").expect("store");
         service.install(&store.id, "hooked").expect("install");
-        fan_out(&service.db, &service.metrics, service.now(), 10).expect("fan out");
+        fan_out(&service, service.now(), 10).expect("fan out");
         (service, clock, dir)
     }
 

@@ -14,7 +14,8 @@ use crate::model::plugin::Plugin;
 use crate::model::scopes::EventType;
 use crate::model::store::{Installation, InstallationStatus};
 use crate::model::webhook::{Subscription, WebhookStatus};
-use crate::storage::{Db, Tx};
+use crate::service::Service;
+use crate::storage::Tx;
 
 /// An installed component, loaded for an attempt.
 #[derive(Debug, Clone)]
@@ -63,24 +64,31 @@ fn component_takes(installation: &Installation, event: &Event) -> bool {
             || event.kind() == EventType::PluginUninstalled)
 }
 
-/// Loads a target for an attempt at `event`.
-pub fn load(db: &Db, store: &StoreId, target: &TargetRef, event: &Event) -> Result<TargetState> {
+/// Loads a target for an attempt at `event`, from the store's targets in memory
+/// ([`TargetIndex`](super::index::TargetIndex)).
+pub fn load(
+    service: &Service,
+    store: &StoreId,
+    target: &TargetRef,
+    event: &Event,
+) -> Result<TargetState> {
+    let targets = service.targets.of(&service.db, store)?;
     Ok(match target {
-        TargetRef::Webhook(id) => match db.read::<Subscription>(&Subscription::key(store, id))? {
+        TargetRef::Webhook(id) => match targets.subscription(id) {
             None => TargetState::Gone,
             Some(sub) if sub.status == WebhookStatus::Paused => TargetState::Paused,
-            Some(sub) => TargetState::Active(Target::Webhook(Box::new(sub))),
+            Some(sub) => TargetState::Active(Target::Webhook(Box::new(sub.clone()))),
         },
-        TargetRef::Component(id) => match db.read::<Installation>(&Installation::key(store, id))? {
-            Some(i) if component_takes(&i, event) => {
+        TargetRef::Component(id) => match targets.installation(id) {
+            Some(i) if component_takes(i, event) => {
                 if i.component_paused_at.is_some() {
                     TargetState::Paused
                 } else {
-                    match db.read::<Plugin>(&Plugin::version_key(&i.plugin, &i.version))? {
+                    match targets.plugin_of(i) {
                         Some(plugin) => {
                             TargetState::Active(Target::Component(Box::new(ComponentTarget {
-                                installation: i,
-                                plugin,
+                                installation: i.clone(),
+                                plugin: plugin.clone(),
                             })))
                         }
                         None => TargetState::Gone,
@@ -92,26 +100,19 @@ pub fn load(db: &Db, store: &StoreId, target: &TargetRef, event: &Event) -> Resu
     })
 }
 
-/// The targets in `store` that may want `event`, read outside a transaction: the fan-out checks
-/// each again inside its transaction with [`wants_in_tx`].
-pub fn candidates(db: &Db, store: &StoreId, event: &Event) -> Result<Vec<TargetRef>> {
-    let mut out = Vec::new();
-    db.scan_all(
-        &Subscription::store_prefix(store),
-        |_, sub: Subscription| {
-            if sub.events.contains(&event.kind()) && concerns(event, &sub.installation_id) {
-                out.push(sub.target());
-            }
-            Ok(())
-        },
-    )?;
-    db.scan_all(&format!("inst/{store}/"), |_, i: Installation| {
-        if component_takes(&i, event) {
-            out.push(TargetRef::Component(i.id));
-        }
-        Ok(())
-    })?;
-    Ok(out)
+/// The targets in `store` that may want `event`, from the store's targets in memory: the
+/// fan-out checks each again inside its transaction with [`wants_in_tx`].
+pub fn candidates(service: &Service, store: &StoreId, event: &Event) -> Result<Vec<TargetRef>> {
+    let targets = service.targets.of(&service.db, store)?;
+    let subscriptions = targets
+        .subscriptions()
+        .filter(|sub| sub.events.contains(&event.kind()) && concerns(event, &sub.installation_id))
+        .map(Subscription::target);
+    let components = targets
+        .installations()
+        .filter(|i| component_takes(i, event))
+        .map(|i| TargetRef::Component(i.id.clone()));
+    Ok(subscriptions.chain(components).collect())
 }
 
 /// Inside a transaction: `None` when the target is gone or no longer wants `event`, else whether

@@ -1,0 +1,234 @@
+//! Each store's targets in memory: its webhook subscriptions, its installations and the plugin
+//! versions they run, as the fan-out and every attempt need them. Without it the fan-out scanned
+//! a store's subscriptions and installations for every event, and every attempt read its target
+//! (and, for a component, the plugin version; for a webhook, the installation's scopes).
+//!
+//! Validity works as in the [`AuthCache`](crate::service::auth_cache::AuthCache), through the
+//! same [`Copied`]: one number, the generation of a [`Changes`] watch on the records a store's
+//! targets are made of ([`WATCHED`]), which storage moves on after every committed transaction
+//! that writes or removes one of them (a subscription created, changed, paused, resumed, rotated
+//! or deleted; an installation made, paused, resumed or removed; a version published). When it
+//! has moved, the whole index is dropped before it is used, and a store's targets are only kept
+//! if the generation read *before* they were read is still current, so a copy read while they
+//! changed is never kept. Where hosts share a database, another host's change moves the generation when
+//! its notice arrives (milliseconds): until then an attempt may still be made to a target just
+//! paused or removed there, as it may when the change commits while the attempt is in flight.
+//!
+//! The fan-out still reads each target again inside its transaction
+//! ([`wants_in_tx`](super::target::wants_in_tx)): the index only tells it which to read.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use crate::model::error::Result;
+use crate::model::ids::{InstallationId, StoreId, WebhookId};
+use crate::model::plugin::Plugin;
+use crate::model::store::Installation;
+use crate::model::webhook::Subscription;
+use crate::storage::{Changes, Copied, Db};
+
+/// The key prefixes of the records a store's targets are made of: subscriptions, installations
+/// and published plugin versions.
+pub const WATCHED: [&str; 3] = ["wh/", "inst/", "plugin-version/"];
+
+/// How many records (subscriptions, installations and plugin versions, over all stores) the
+/// index holds at most; past this it starts afresh.
+pub const CAPACITY: usize = 100_000;
+
+/// The targets of the stores that had events lately, as of one generation of their records.
+#[derive(Debug)]
+pub struct TargetIndex {
+    copy: Copied<State>,
+    capacity: usize,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    stores: HashMap<StoreId, Arc<StoreTargets>>,
+    /// Records held, over all stores.
+    records: usize,
+}
+
+/// A store's targets, as read at one generation.
+#[derive(Debug, Default)]
+pub struct StoreTargets {
+    /// Subscriptions by id, in the order of their keys.
+    subscriptions: BTreeMap<WebhookId, Subscription>,
+    /// Installations by id, in the order of their keys.
+    installations: BTreeMap<InstallationId, Installation>,
+    /// The plugin versions the installations run, by name and version.
+    plugins: HashMap<(String, String), Plugin>,
+}
+
+impl StoreTargets {
+    /// Reads a store's targets from storage.
+    fn read(db: &Db, store: &StoreId) -> Result<Self> {
+        let mut targets = Self::default();
+        db.scan_all(
+            &Subscription::store_prefix(store),
+            |_, sub: Subscription| {
+                targets.subscriptions.insert(sub.id.clone(), sub);
+                Ok(())
+            },
+        )?;
+        db.scan_all(&format!("inst/{store}/"), |_, i: Installation| {
+            targets.installations.insert(i.id.clone(), i);
+            Ok(())
+        })?;
+        for i in targets.installations.values() {
+            let version = (i.plugin.clone(), i.version.clone());
+            if targets.plugins.contains_key(&version) {
+                continue;
+            }
+            if let Some(plugin) = db.read::<Plugin>(&Plugin::version_key(&i.plugin, &i.version))? {
+                targets.plugins.insert(version, plugin);
+            }
+        }
+        Ok(targets)
+    }
+
+    fn records(&self) -> usize {
+        self.subscriptions.len() + self.installations.len() + self.plugins.len()
+    }
+
+    /// The store's subscriptions, in key order.
+    pub fn subscriptions(&self) -> impl Iterator<Item = &Subscription> {
+        self.subscriptions.values()
+    }
+
+    /// The store's installations (removed ones included), in key order.
+    pub fn installations(&self) -> impl Iterator<Item = &Installation> {
+        self.installations.values()
+    }
+
+    /// One subscription.
+    pub fn subscription(&self, id: &WebhookId) -> Option<&Subscription> {
+        self.subscriptions.get(id)
+    }
+
+    /// One installation.
+    pub fn installation(&self, id: &InstallationId) -> Option<&Installation> {
+        self.installations.get(id)
+    }
+
+    /// The plugin version an installation runs.
+    pub fn plugin_of(&self, installation: &Installation) -> Option<&Plugin> {
+        self.plugins
+            .get(&(installation.plugin.clone(), installation.version.clone()))
+    }
+}
+
+impl TargetIndex {
+    /// An empty index of at most `capacity` records, current while `changes` (a watch on
+    /// [`WATCHED`]) does not move.
+    pub fn new(changes: Arc<Changes>, capacity: usize) -> Self {
+        Self {
+            copy: Copied::new(changes),
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// `store`'s targets as they are now: from memory while their records are unchanged, else
+    /// read from `db` (and kept).
+    pub fn of(&self, db: &Db, store: &StoreId) -> Result<Arc<StoreTargets>> {
+        let generation = self.copy.generation();
+        if let Some(known) = self.copy.current().stores.get(store) {
+            return Ok(known.clone());
+        }
+        let read = Arc::new(StoreTargets::read(db, store)?);
+        let mut state = self.copy.current();
+        if state.generation() == generation {
+            if state.records.saturating_add(read.records()) > self.capacity {
+                *state = State::default();
+            }
+            state.records = state.records.saturating_add(read.records());
+            state.stores.insert(store.clone(), read.clone());
+        }
+        Ok(read)
+    }
+
+    /// How many stores' targets are held (for tests).
+    #[cfg(test)]
+    fn stores(&self) -> usize {
+        self.copy.current().stores.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::webhook::WebhookStatus;
+    use crate::service::Service;
+
+    /// A service with the plugin `hooked` published: a manifest webhook to `plugin.installed`.
+    fn service() -> (tempfile::TempDir, Service) {
+        let (service, _clock, dir) = super::super::queue::tests::with_hooked_plugin();
+        (dir, service)
+    }
+
+    /// A new store with `hooked` installed: one subscription, one installation, one version.
+    fn store(service: &Service, domain: &str) -> StoreId {
+        let store = service.create_store(domain).expect("store");
+        service.install(&store.id, "hooked").expect("install");
+        store.id
+    }
+
+    #[test]
+    fn a_store_is_read_once_until_one_of_its_targets_changes() {
+        let (_dir, service) = service();
+        let store = store(&service, "index.example");
+        let index = &service.targets;
+        let first = index.of(&service.db, &store).expect("targets");
+        let sub = first
+            .subscriptions()
+            .next()
+            .expect("the manifest webhook")
+            .clone();
+        let installation = first.installations().next().expect("installed").clone();
+        assert_eq!(sub.installation_id, installation.id);
+        assert_eq!(
+            first.plugin_of(&installation).map(|p| p.version.as_str()),
+            Some("1.0.0")
+        );
+        let again = index.of(&service.db, &store).expect("targets");
+        assert!(Arc::ptr_eq(&first, &again), "kept while nothing changed");
+        assert_eq!(index.stores(), 1);
+
+        // A record of another kind does not drop it.
+        service.create_store("other.example").expect("store");
+        let still = index.of(&service.db, &store).expect("targets");
+        assert!(Arc::ptr_eq(&first, &still));
+
+        // A change of the subscription does: the next call reads it as it is now.
+        let mut paused = sub.clone();
+        paused.status = WebhookStatus::Paused;
+        service
+            .db
+            .tx(|tx| tx.write(&Subscription::key(&store, &sub.id), &paused))
+            .expect("write");
+        let fresh = index.of(&service.db, &store).expect("targets");
+        assert!(!Arc::ptr_eq(&first, &fresh), "read again after the change");
+        assert_eq!(
+            fresh.subscription(&sub.id).map(|s| s.status),
+            Some(WebhookStatus::Paused)
+        );
+        assert_eq!(index.stores(), 1, "the other stores were dropped with it");
+    }
+
+    #[test]
+    fn past_its_capacity_the_index_starts_afresh() {
+        let (_dir, service) = service();
+        let (a, b) = (store(&service, "a.example"), store(&service, "b.example"));
+        // Each store's targets are three records: a subscription, an installation, a version.
+        let index = TargetIndex::new(service.db.watch(&WATCHED), 5);
+        index.of(&service.db, &a).expect("a");
+        assert_eq!(index.stores(), 1);
+        let kept = index.of(&service.db, &a).expect("a");
+        // The second store would make six: the first is dropped to keep it.
+        index.of(&service.db, &b).expect("b");
+        assert_eq!(index.stores(), 1);
+        let a_again = index.of(&service.db, &a).expect("a");
+        assert!(!Arc::ptr_eq(&kept, &a_again), "read again");
+        assert_eq!(a_again.subscriptions().count(), 1);
+    }
+}
