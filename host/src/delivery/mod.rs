@@ -338,6 +338,10 @@ struct Lane {
     cursor: Option<String>,
     /// New work was queued since the lane was last read: read it even when enough is ready.
     queued: bool,
+    /// The last read reached the end of the entries due then, and nothing was queued since: a
+    /// round reads the lane again only once new work is queued in it, or on the next poll or
+    /// sweep (which find retries that came due meanwhile), so an idle lane costs a round no read.
+    drained: bool,
 }
 
 /// Ready entries kept per lane: more are read when fewer than [`READY_LOW`] are left.
@@ -351,6 +355,7 @@ impl Lanes {
         for lane in &mut self.lanes {
             lane.cursor = None;
             lane.queued = true;
+            lane.drained = false;
         }
     }
 
@@ -363,6 +368,7 @@ impl Lanes {
                     lane.cursor = Some(from.to_owned());
                 }
                 lane.queued = true;
+                lane.drained = false;
             }
         }
     }
@@ -421,10 +427,10 @@ impl Shared {
         Ok(())
     }
 
-    /// Reads the lane's due entries on from its cursor into memory, when few are ready or new
-    /// work was queued, up to [`READY_MAX`].
+    /// Reads the lane's due entries on from its cursor into memory, when new work was queued or
+    /// few are ready (and the last read did not reach the end), up to [`READY_MAX`].
     fn refill(&self, kind: WorkKind, now: Timestamp, lane: &mut Lane) -> Result<()> {
-        if lane.ready.len() >= READY_LOW && !std::mem::take(&mut lane.queued) {
+        if (lane.ready.len() >= READY_LOW || lane.drained) && !std::mem::take(&mut lane.queued) {
             return Ok(());
         }
         lane.queued = false;
@@ -442,6 +448,7 @@ impl Shared {
                 BATCH,
             )?;
             let exhausted = batch.len() < BATCH;
+            lane.drained = exhausted;
             for (key, bytes) in batch {
                 lane.cursor = Some(key.clone());
                 if !self.fair.is_in_flight(&key) && lane.ready.insert(key, bytes).is_none() {
