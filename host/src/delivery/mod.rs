@@ -477,6 +477,7 @@ impl Shared {
         let pool = pool_of(kind);
         let mut skipped = 0;
         let mut started = Vec::new();
+        let mut starting = Vec::new();
         for (key, bytes) in &lane.ready {
             if self.fair.free_in(pool) == 0 || skipped >= budget {
                 break; // A finishing attempt wakes the engine.
@@ -506,10 +507,29 @@ impl Shared {
                 Some(work) => work,
                 None => crate::storage::Db::decode(key, bytes)?,
             };
+            starting.push((key.clone(), work, ticket));
+        }
+        // Where hosts share the database, the round's deliveries are claimed in one transaction.
+        let mut claims = if self.service.db.is_shared() {
+            let deliveries: Vec<(&str, &DueEntry)> = starting
+                .iter()
+                .filter_map(|(key, work, _)| match work {
+                    Work::Delivery(entry) => Some((key.as_str(), entry)),
+                    Work::Message { .. } | Work::Mail { .. } => None,
+                })
+                .collect();
+            queue::claim_many(&self.service, &deliveries)?.into_iter()
+        } else {
+            Vec::new().into_iter()
+        };
+        for (key, work, ticket) in starting {
+            let claimed = match work {
+                Work::Delivery(_) => claims.next(),
+                Work::Message { .. } | Work::Mail { .. } => None,
+            };
             let shared = self.clone();
-            let key = key.clone();
             tasks.spawn(async move {
-                if let Err(e) = shared.run_work(&key, &work).await {
+                if let Err(e) = shared.run_work(&key, &work, claimed).await {
                     tracing::error!(error = %format!("{e:#}"), due = key, "queued work");
                     // Keep it in flight a moment so a persistent error does not spin.
                     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -524,10 +544,16 @@ impl Shared {
         Ok(())
     }
 
-    /// Runs one entry's work.
-    async fn run_work(&self, key: &str, work: &Work) -> Result<()> {
+    /// Runs one entry's work; a delivery's attempt with its claim when the round made it
+    /// (`claimed`: the delivery, or `None` when it is not this host's to attempt).
+    async fn run_work(
+        &self,
+        key: &str,
+        work: &Work,
+        claimed: Option<Option<crate::model::delivery::Delivery>>,
+    ) -> Result<()> {
         match work {
-            Work::Delivery(entry) => self.attempt(key, entry).await,
+            Work::Delivery(entry) => self.attempt(key, entry, claimed).await,
             Work::Message { .. } => messages::send(&self.service, &self.http, key).await,
             Work::Mail { .. } => self.mail.send(&self.service, key).await,
         }
@@ -625,9 +651,18 @@ impl Shared {
         })
     }
 
-    async fn attempt(&self, due_key: &str, entry: &DueEntry) -> Result<()> {
+    async fn attempt(
+        &self,
+        due_key: &str,
+        entry: &DueEntry,
+        claimed: Option<Option<crate::model::delivery::Delivery>>,
+    ) -> Result<()> {
         let service = &self.service;
-        let Some(delivery) = off_workers(service, || queue::claim(service, due_key, entry))? else {
+        let claimed = match claimed {
+            Some(claimed) => claimed,
+            None => off_workers(service, || queue::claim(service, due_key, entry))?,
+        };
+        let Some(delivery) = claimed else {
             return Ok(());
         };
         let span = tracing::info_span!(

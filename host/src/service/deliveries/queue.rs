@@ -139,41 +139,71 @@ pub const CLAIM_LEASE: std::time::Duration = std::time::Duration::from_secs(120)
 /// put every claim on the same few index pages, where PostgreSQL's serializable transactions
 /// conflict with each other.)
 pub fn claim(service: &Service, due_key: &str, entry: &DueEntry) -> Result<Option<Delivery>> {
+    let mut claimed = claim_many(service, &[(due_key, entry)])?;
+    Ok(claimed.pop().flatten())
+}
+
+/// [`claim`] for several queue entries: where hosts share the database, in one transaction (a
+/// round of the engine claims what it starts together, rather than a transaction per attempt).
+/// Returns each entry's delivery, in order.
+pub fn claim_many(
+    service: &Service,
+    entries: &[(&str, &DueEntry)],
+) -> Result<Vec<Option<Delivery>>> {
     let db = &service.db;
-    let key = delivery_key(&entry.store_id, &entry.target, &entry.event_id);
     if db.is_shared() {
         let now = service.now();
         return db.tx_relaxed(|tx| {
-            let Some(mut d) = tx
-                .read::<Delivery>(&key)?
-                .filter(|d| is_current(d, due_key))
-            else {
-                tx.remove(due_key)?;
-                return Ok(None);
-            };
-            if d.claim
-                .as_ref()
-                .is_some_and(|c| c.holds_against(due_key, &service.holder, now))
-            {
-                return Ok(None);
-            }
-            d.claim = Some(Claim::new(
-                due_key,
-                &service.holder,
-                now,
-                service.claim_lease,
-            ));
-            tx.write(&key, &d)?;
-            Ok(Some(d))
+            entries
+                .iter()
+                .map(|(due_key, entry)| claim_in_tx(tx, service, due_key, entry, now))
+                .collect()
         });
     }
-    if let Some(d) = db.read::<Delivery>(&key)?
-        && is_current(&d, due_key)
-    {
-        return Ok(Some(d));
+    let mut out = Vec::with_capacity(entries.len());
+    for (due_key, entry) in entries {
+        let key = delivery_key(&entry.store_id, &entry.target, &entry.event_id);
+        match db.read::<Delivery>(&key)? {
+            Some(d) if is_current(&d, due_key) => out.push(Some(d)),
+            _ => {
+                db.tx_relaxed(|tx| tx.remove(due_key))?;
+                out.push(None);
+            }
+        }
     }
-    db.tx_relaxed(|tx| tx.remove(due_key))?;
-    Ok(None)
+    Ok(out)
+}
+
+/// One entry's claim in the claiming transaction (see [`claim`]).
+fn claim_in_tx(
+    tx: &mut Tx<'_>,
+    service: &Service,
+    due_key: &str,
+    entry: &DueEntry,
+    now: Timestamp,
+) -> Result<Option<Delivery>> {
+    let key = delivery_key(&entry.store_id, &entry.target, &entry.event_id);
+    let Some(mut d) = tx
+        .read::<Delivery>(&key)?
+        .filter(|d| is_current(d, due_key))
+    else {
+        tx.remove(due_key)?;
+        return Ok(None);
+    };
+    if d.claim
+        .as_ref()
+        .is_some_and(|c| c.holds_against(due_key, &service.holder, now))
+    {
+        return Ok(None);
+    }
+    d.claim = Some(Claim::new(
+        due_key,
+        &service.holder,
+        now,
+        service.claim_lease,
+    ));
+    tx.write(&key, &d)?;
+    Ok(Some(d))
 }
 
 fn is_current(d: &Delivery, due_key: &str) -> bool {
