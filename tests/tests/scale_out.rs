@@ -174,6 +174,56 @@ async fn events_made_on_two_hosts_are_each_delivered_once() {
     );
 }
 
+/// A subscription made through one host receives every event committed after it, whichever host
+/// commits the event and whichever engine fans it out: no host works from a list of targets that
+/// has not heard of it yet. (Where hosts share a database each reads a store's targets for every
+/// fan-out; a copy kept until another host's notice arrives would open a window of about the
+/// notice's latency, narrower on one machine than this test's round trips can show.)
+#[tokio::test]
+async fn a_subscription_made_on_one_host_hears_the_next_event_made_on_the_other() {
+    let a = TestHost::start_for_webhooks(|_| {}).await;
+    let Some(b) = second_host(&a).await else {
+        return;
+    };
+    let receiver = Receiver::start().await;
+    let store = a.create_store("fresh.example").await;
+    a.raise_rate_limits(&store).await;
+    a.publish("shop", &ALL_SCOPES).await;
+    let (_, token) = a.install(&store, "shop").await;
+    let rounds = 10;
+    for i in 0..rounds {
+        let path = format!("/hooks{i}");
+        receiver.set(&path, Behavior::Status(204));
+        let (made_on, event_on) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        made_on
+            .subscribe(&token, &receiver.url(&path), &["customer.created"])
+            .await;
+        event_on
+            .call(
+                &token,
+                Method::POST,
+                "/v1/customers",
+                Some(json!({"email": format!("n{i}@buyer.example")})),
+            )
+            .await
+            .expect(201);
+    }
+    // Subscription i hears the events of rounds i and later.
+    for i in 0..rounds {
+        receiver
+            .wait_for(&format!("/hooks{i}"), rounds - i, Duration::from_secs(20))
+            .await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for i in 0..rounds {
+        assert_eq!(
+            receiver.requests(&format!("/hooks{i}")).len(),
+            rounds - i,
+            "subscription {i}: each event committed after it, once"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_stores_rate_limit_and_sms_quota_are_counted_across_both_hosts() {
     let a = TestHost::start().await;

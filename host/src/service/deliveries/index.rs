@@ -10,9 +10,10 @@
 //! or deleted; an installation made, paused, resumed or removed; a version published). When it
 //! has moved, the whole index is dropped before it is used, and a store's targets are only kept
 //! if the generation read *before* they were read is still current, so a copy read while they
-//! changed is never kept. Where hosts share a database, another host's change moves the generation when
-//! its notice arrives (milliseconds): until then an attempt may still be made to a target just
-//! paused or removed there, as it may when the change commits while the attempt is in flight.
+//! changed is never kept. Where hosts share a database the index is not used: another host's
+//! change moves the generation only when its notice arrives (milliseconds), and until then a copy
+//! would miss a subscription just made there, so an event committed after it could pass it by;
+//! there the targets are read for each use, as they were before the index.
 //!
 //! The fan-out still reads each target again inside its transaction
 //! ([`wants_in_tx`](super::target::wants_in_tx)): the index only tells it which to read.
@@ -129,8 +130,12 @@ impl TargetIndex {
     }
 
     /// `store`'s targets as they are now: from memory while their records are unchanged, else
-    /// read from `db` (and kept).
+    /// read from `db` (and kept). Where hosts share the database they are always read (see the
+    /// module's documentation).
     pub fn of(&self, db: &Db, store: &StoreId) -> Result<Arc<StoreTargets>> {
+        if db.is_shared() {
+            return Ok(Arc::new(StoreTargets::read(db, store)?));
+        }
         let generation = self.copy.generation();
         if let Some(known) = self.copy.current().stores.get(store) {
             return Ok(known.clone());
