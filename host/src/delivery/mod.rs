@@ -634,15 +634,16 @@ impl Shared {
     fn owner(&self, entry: &DueEntry) -> Result<Owner> {
         let targets = self.service.targets.of(&self.service.db, &entry.store_id)?;
         let installation = match &entry.target {
-            TargetRef::Component(id) => targets.installation(id),
-            TargetRef::Webhook(id) => targets
-                .subscription(id)
-                .and_then(|sub| targets.installation(&sub.installation_id)),
+            TargetRef::Component(id) => targets.installation(id)?,
+            TargetRef::Webhook(id) => match targets.subscription(id)? {
+                Some(sub) => targets.installation(&sub.installation_id)?,
+                None => None,
+            },
         };
         Ok(match installation {
             Some(i) => Owner {
                 installation: i.id.to_string(),
-                plugin: i.plugin.clone(),
+                plugin: i.plugin,
             },
             None => Owner {
                 installation: entry.target.key(),
@@ -725,10 +726,14 @@ impl Shared {
         let wall = std::time::Instant::now();
         let outcome = match &target {
             Target::Webhook(sub) => {
-                let targets = off_workers(service, || service.targets.of(db, &sub.store_id))?;
-                let scopes = targets
-                    .installation(&sub.installation_id)
-                    .map(|i| i.scopes.iter().copied().collect())
+                let installation = off_workers(service, || {
+                    service
+                        .targets
+                        .of(db, &sub.store_id)?
+                        .installation(&sub.installation_id)
+                })?;
+                let scopes = installation
+                    .map(|i| i.scopes.into_iter().collect())
                     .unwrap_or_default();
                 let event = event.for_scopes(&scopes);
                 let signing = webhook::Signing {

@@ -119,6 +119,79 @@ impl StoreTargets {
     }
 }
 
+/// A store's targets as one use needs them: the index's copy, or, where hosts share the
+/// database, storage itself, read a record at a time.
+#[derive(Debug)]
+pub enum Targets<'a> {
+    /// The copy in memory.
+    Copy(Arc<StoreTargets>),
+    /// Read from storage.
+    Read {
+        /// The storage.
+        db: &'a Db,
+        /// The store.
+        store: &'a StoreId,
+    },
+}
+
+impl Targets<'_> {
+    /// One subscription.
+    pub fn subscription(&self, id: &WebhookId) -> Result<Option<Subscription>> {
+        match self {
+            Self::Copy(targets) => Ok(targets.subscription(id).cloned()),
+            Self::Read { db, store } => db.read(&Subscription::key(store, id)),
+        }
+    }
+
+    /// One installation.
+    pub fn installation(&self, id: &InstallationId) -> Result<Option<Installation>> {
+        match self {
+            Self::Copy(targets) => Ok(targets.installation(id).cloned()),
+            Self::Read { db, store } => db.read(&Installation::key(store, id)),
+        }
+    }
+
+    /// The plugin version an installation runs.
+    pub fn plugin_of(&self, installation: &Installation) -> Result<Option<Plugin>> {
+        match self {
+            Self::Copy(targets) => Ok(targets.plugin_of(installation).cloned()),
+            Self::Read { db, .. } => db.read(&Plugin::version_key(
+                &installation.plugin,
+                &installation.version,
+            )),
+        }
+    }
+
+    /// Calls `f` with each of the store's subscriptions, then with each of its installations
+    /// (removed ones included), in key order.
+    pub fn each(
+        &self,
+        mut subscription: impl FnMut(&Subscription),
+        mut installation: impl FnMut(&Installation),
+    ) -> Result<()> {
+        match self {
+            Self::Copy(targets) => {
+                targets.subscriptions().for_each(subscription);
+                targets.installations().for_each(installation);
+                Ok(())
+            }
+            Self::Read { db, store } => {
+                db.scan_all(
+                    &Subscription::store_prefix(store),
+                    |_, sub: Subscription| {
+                        subscription(&sub);
+                        Ok(())
+                    },
+                )?;
+                db.scan_all(&format!("inst/{store}/"), |_, i: Installation| {
+                    installation(&i);
+                    Ok(())
+                })
+            }
+        }
+    }
+}
+
 impl TargetIndex {
     /// An empty index of at most `capacity` records, current while `changes` (a watch on
     /// [`WATCHED`]) does not move.
@@ -130,15 +203,15 @@ impl TargetIndex {
     }
 
     /// `store`'s targets as they are now: from memory while their records are unchanged, else
-    /// read from `db` (and kept). Where hosts share the database they are always read (see the
-    /// module's documentation).
-    pub fn of(&self, db: &Db, store: &StoreId) -> Result<Arc<StoreTargets>> {
+    /// read from `db` (and kept). Where hosts share the database they are read from storage, a
+    /// record at a time as each use needs it (see the module's documentation).
+    pub fn of<'a>(&self, db: &'a Db, store: &'a StoreId) -> Result<Targets<'a>> {
         if db.is_shared() {
-            return Ok(Arc::new(StoreTargets::read(db, store)?));
+            return Ok(Targets::Read { db, store });
         }
         let generation = self.copy.generation();
         if let Some(known) = self.copy.current().stores.get(store) {
-            return Ok(known.clone());
+            return Ok(Targets::Copy(known.clone()));
         }
         let read = Arc::new(StoreTargets::read(db, store)?);
         let mut state = self.copy.current();
@@ -149,7 +222,7 @@ impl TargetIndex {
             state.records = state.records.saturating_add(read.records());
             state.stores.insert(store.clone(), read.clone());
         }
-        Ok(read)
+        Ok(Targets::Copy(read))
     }
 
     /// How many stores' targets are held (for tests).
@@ -171,6 +244,14 @@ mod tests {
         (dir, service)
     }
 
+    /// The copy a use on sled gets.
+    fn copied(targets: Targets<'_>) -> Arc<StoreTargets> {
+        match targets {
+            Targets::Copy(copy) => copy,
+            Targets::Read { .. } => panic!("sled keeps a copy"),
+        }
+    }
+
     /// A new store with `hooked` installed: one subscription, one installation, one version.
     fn store(service: &Service, domain: &str) -> StoreId {
         let store = service.create_store(domain).expect("store");
@@ -183,7 +264,7 @@ mod tests {
         let (_dir, service) = service();
         let store = store(&service, "index.example");
         let index = &service.targets;
-        let first = index.of(&service.db, &store).expect("targets");
+        let first = copied(index.of(&service.db, &store).expect("targets"));
         let sub = first
             .subscriptions()
             .next()
@@ -195,13 +276,13 @@ mod tests {
             first.plugin_of(&installation).map(|p| p.version.as_str()),
             Some("1.0.0")
         );
-        let again = index.of(&service.db, &store).expect("targets");
+        let again = copied(index.of(&service.db, &store).expect("targets"));
         assert!(Arc::ptr_eq(&first, &again), "kept while nothing changed");
         assert_eq!(index.stores(), 1);
 
         // A record of another kind does not drop it.
         service.create_store("other.example").expect("store");
-        let still = index.of(&service.db, &store).expect("targets");
+        let still = copied(index.of(&service.db, &store).expect("targets"));
         assert!(Arc::ptr_eq(&first, &still));
 
         // A change of the subscription does: the next call reads it as it is now.
@@ -211,7 +292,7 @@ mod tests {
             .db
             .tx(|tx| tx.write(&Subscription::key(&store, &sub.id), &paused))
             .expect("write");
-        let fresh = index.of(&service.db, &store).expect("targets");
+        let fresh = copied(index.of(&service.db, &store).expect("targets"));
         assert!(!Arc::ptr_eq(&first, &fresh), "read again after the change");
         assert_eq!(
             fresh.subscription(&sub.id).map(|s| s.status),
@@ -226,13 +307,13 @@ mod tests {
         let (a, b) = (store(&service, "a.example"), store(&service, "b.example"));
         // Each store's targets are three records: a subscription, an installation, a version.
         let index = TargetIndex::new(service.db.watch(&WATCHED), 5);
-        index.of(&service.db, &a).expect("a");
+        copied(index.of(&service.db, &a).expect("a"));
         assert_eq!(index.stores(), 1);
-        let kept = index.of(&service.db, &a).expect("a");
+        let kept = copied(index.of(&service.db, &a).expect("a"));
         // The second store would make six: the first is dropped to keep it.
-        index.of(&service.db, &b).expect("b");
+        copied(index.of(&service.db, &b).expect("b"));
         assert_eq!(index.stores(), 1);
-        let a_again = index.of(&service.db, &a).expect("a");
+        let a_again = copied(index.of(&service.db, &a).expect("a"));
         assert!(!Arc::ptr_eq(&kept, &a_again), "read again");
         assert_eq!(a_again.subscriptions().count(), 1);
     }

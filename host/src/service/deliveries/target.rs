@@ -64,7 +64,7 @@ fn component_takes(installation: &Installation, event: &Event) -> bool {
             || event.kind() == EventType::PluginUninstalled)
 }
 
-/// Loads a target for an attempt at `event`, from the store's targets in memory
+/// Loads a target for an attempt at `event`, from the store's targets
 /// ([`TargetIndex`](super::index::TargetIndex)).
 pub fn load(
     service: &Service,
@@ -74,21 +74,21 @@ pub fn load(
 ) -> Result<TargetState> {
     let targets = service.targets.of(&service.db, store)?;
     Ok(match target {
-        TargetRef::Webhook(id) => match targets.subscription(id) {
+        TargetRef::Webhook(id) => match targets.subscription(id)? {
             None => TargetState::Gone,
             Some(sub) if sub.status == WebhookStatus::Paused => TargetState::Paused,
-            Some(sub) => TargetState::Active(Target::Webhook(Box::new(sub.clone()))),
+            Some(sub) => TargetState::Active(Target::Webhook(Box::new(sub))),
         },
-        TargetRef::Component(id) => match targets.installation(id) {
-            Some(i) if component_takes(i, event) => {
+        TargetRef::Component(id) => match targets.installation(id)? {
+            Some(i) if component_takes(&i, event) => {
                 if i.component_paused_at.is_some() {
                     TargetState::Paused
                 } else {
-                    match targets.plugin_of(i) {
+                    match targets.plugin_of(&i)? {
                         Some(plugin) => {
                             TargetState::Active(Target::Component(Box::new(ComponentTarget {
-                                installation: i.clone(),
-                                plugin: plugin.clone(),
+                                installation: i,
+                                plugin,
                             })))
                         }
                         None => TargetState::Gone,
@@ -100,19 +100,25 @@ pub fn load(
     })
 }
 
-/// The targets in `store` that may want `event`, from the store's targets in memory: the
-/// fan-out checks each again inside its transaction with [`wants_in_tx`].
+/// The targets in `store` that may want `event`, from the store's targets: the fan-out checks
+/// each again inside its transaction with [`wants_in_tx`].
 pub fn candidates(service: &Service, store: &StoreId, event: &Event) -> Result<Vec<TargetRef>> {
-    let targets = service.targets.of(&service.db, store)?;
-    let subscriptions = targets
-        .subscriptions()
-        .filter(|sub| sub.events.contains(&event.kind()) && concerns(event, &sub.installation_id))
-        .map(Subscription::target);
-    let components = targets
-        .installations()
-        .filter(|i| component_takes(i, event))
-        .map(|i| TargetRef::Component(i.id.clone()));
-    Ok(subscriptions.chain(components).collect())
+    let mut subscriptions = Vec::new();
+    let mut components = Vec::new();
+    service.targets.of(&service.db, store)?.each(
+        |sub| {
+            if sub.events.contains(&event.kind()) && concerns(event, &sub.installation_id) {
+                subscriptions.push(sub.target());
+            }
+        },
+        |i| {
+            if component_takes(i, event) {
+                components.push(TargetRef::Component(i.id.clone()));
+            }
+        },
+    )?;
+    subscriptions.append(&mut components);
+    Ok(subscriptions)
 }
 
 /// Inside a transaction: `None` when the target is gone or no longer wants `event`, else whether
