@@ -183,8 +183,16 @@ impl Hosts {
                 None,
             )?);
         }
-        // Let the plugin.installed events (no subscriber) drain first.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Let the plugin.installed events (no subscriber) be fanned out first.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !service
+            .db
+            .list::<serde_json::Value>(commerce_host::model::event::OUTBOX_PREFIX, None, false, 1)?
+            .is_empty()
+        {
+            anyhow::ensure!(Instant::now() < deadline, "the outbox did not drain");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
         Ok(Self {
             services,
             engines,
