@@ -114,6 +114,14 @@ pub struct Engine {
     alive: Arc<AtomicBool>,
 }
 
+/// What a started queue entry runs: a delivery's attempt, claimed in the round that started it,
+/// or the sending of a message or a mail (which claim their own work).
+enum Job {
+    Attempt(DueEntry, Box<crate::model::delivery::Delivery>),
+    Message,
+    Mail,
+}
+
 /// An attempt waiting to be recorded.
 struct Pending {
     due_key: String,
@@ -509,27 +517,28 @@ impl Shared {
             };
             starting.push((key.clone(), work, ticket));
         }
-        // Where hosts share the database, the round's deliveries are claimed in one transaction.
-        let mut claims = if self.service.db.is_shared() {
-            let deliveries: Vec<(&str, &DueEntry)> = starting
-                .iter()
-                .filter_map(|(key, work, _)| match work {
-                    Work::Delivery(entry) => Some((key.as_str(), entry)),
-                    Work::Message { .. } | Work::Mail { .. } => None,
-                })
-                .collect();
-            queue::claim_many(&self.service, &deliveries)?.into_iter()
-        } else {
-            Vec::new().into_iter()
-        };
-        for (key, work, ticket) in starting {
-            let claimed = match work {
-                Work::Delivery(_) => claims.next(),
+        // The round's deliveries are claimed together (one transaction where hosts share the
+        // database); one that is not this host's to attempt, or a leftover, is not started.
+        let deliveries: Vec<(&str, &DueEntry)> = starting
+            .iter()
+            .filter_map(|(key, work, _)| match work {
+                Work::Delivery(entry) => Some((key.as_str(), entry)),
                 Work::Message { .. } | Work::Mail { .. } => None,
+            })
+            .collect();
+        let mut claims = self.claim(&deliveries).into_iter();
+        for (key, work, ticket) in starting {
+            let job = match work {
+                Work::Delivery(entry) => match claims.next().flatten() {
+                    Some(delivery) => Job::Attempt(entry, Box::new(delivery)),
+                    None => continue,
+                },
+                Work::Message { .. } => Job::Message,
+                Work::Mail { .. } => Job::Mail,
             };
             let shared = self.clone();
             tasks.spawn(async move {
-                if let Err(e) = shared.run_work(&key, &work, claimed).await {
+                if let Err(e) = shared.run_work(&key, job).await {
                     tracing::error!(error = %format!("{e:#}"), due = key, "queued work");
                     // Keep it in flight a moment so a persistent error does not spin.
                     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -544,18 +553,38 @@ impl Shared {
         Ok(())
     }
 
-    /// Runs one entry's work; a delivery's attempt with its claim when the round made it
-    /// (`claimed`: the delivery, or `None` when it is not this host's to attempt).
-    async fn run_work(
+    /// Claims the round's deliveries together; if that fails, one by one, so that one that cannot
+    /// be claimed (it stays queued, and is found again on the next sweep) does not hold up the
+    /// others.
+    fn claim(
         &self,
-        key: &str,
-        work: &Work,
-        claimed: Option<Option<crate::model::delivery::Delivery>>,
-    ) -> Result<()> {
-        match work {
-            Work::Delivery(entry) => self.attempt(key, entry, claimed).await,
-            Work::Message { .. } => messages::send(&self.service, &self.http, key).await,
-            Work::Mail { .. } => self.mail.send(&self.service, key).await,
+        deliveries: &[(&str, &DueEntry)],
+    ) -> Vec<Option<crate::model::delivery::Delivery>> {
+        let service = &self.service;
+        match queue::claim_many(service, deliveries) {
+            Ok(claimed) => claimed,
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "claiming a round's deliveries; one by one");
+                deliveries
+                    .iter()
+                    .map(|one| match queue::claim_many(service, &[*one]) {
+                        Ok(mut claimed) => claimed.pop().flatten(),
+                        Err(e) => {
+                            tracing::error!(error = %format!("{e:#}"), due = one.0, "claiming a delivery");
+                            None
+                        }
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// Runs one entry's work.
+    async fn run_work(&self, key: &str, job: Job) -> Result<()> {
+        match job {
+            Job::Attempt(entry, delivery) => self.attempt(key, &entry, *delivery).await,
+            Job::Message => messages::send(&self.service, &self.http, key).await,
+            Job::Mail => self.mail.send(&self.service, key).await,
         }
     }
 
@@ -652,20 +681,13 @@ impl Shared {
         })
     }
 
+    /// Makes the attempt of a claimed delivery (see [`queue::claim_many`]).
     async fn attempt(
         &self,
         due_key: &str,
         entry: &DueEntry,
-        claimed: Option<Option<crate::model::delivery::Delivery>>,
+        delivery: crate::model::delivery::Delivery,
     ) -> Result<()> {
-        let service = &self.service;
-        let claimed = match claimed {
-            Some(claimed) => claimed,
-            None => off_workers(service, || queue::claim(service, due_key, entry))?,
-        };
-        let Some(delivery) = claimed else {
-            return Ok(());
-        };
         let span = tracing::info_span!(
             "delivery.attempt",
             otel.kind = if matches!(entry.target, TargetRef::Webhook(_)) { "client" } else { "internal" },

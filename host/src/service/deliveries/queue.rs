@@ -131,21 +131,14 @@ pub fn due_stats(db: &Db, now: Timestamp, limit: usize) -> Result<(usize, std::t
 /// claims back at once.
 pub const CLAIM_LEASE: std::time::Duration = std::time::Duration::from_secs(120);
 
-/// The delivery a queue entry names, if the entry is still its current one (else the entry is a
-/// leftover and is removed). Where hosts share the database, the attempt is also claimed for
-/// `holder` for the service's claim lease in one transaction, on the delivery record itself
+/// The deliveries the queue entries `entries` name, in order, each if its entry is still its
+/// current one (else the entry is a leftover and is removed). Where hosts share the database,
+/// each attempt is also claimed for this host for the service's claim lease, all in one
+/// transaction (one engine round claims what it starts together), on the delivery record itself
 /// (`Delivery::claim`, see [`Claim::holds_against`]), so that one host makes the attempt: `None`
 /// while another host's claim holds (the entry stays for it). (A claim record of its own would
 /// put every claim on the same few index pages, where PostgreSQL's serializable transactions
 /// conflict with each other.)
-pub fn claim(service: &Service, due_key: &str, entry: &DueEntry) -> Result<Option<Delivery>> {
-    let mut claimed = claim_many(service, &[(due_key, entry)])?;
-    Ok(claimed.pop().flatten())
-}
-
-/// [`claim`] for several queue entries: where hosts share the database, in one transaction (a
-/// round of the engine claims what it starts together, rather than a transaction per attempt).
-/// Returns each entry's delivery, in order.
 pub fn claim_many(
     service: &Service,
     entries: &[(&str, &DueEntry)],
@@ -174,7 +167,7 @@ pub fn claim_many(
     Ok(out)
 }
 
-/// One entry's claim in the claiming transaction (see [`claim`]).
+/// One entry's claim in the claiming transaction (see [`claim_many`]).
 fn claim_in_tx(
     tx: &mut Tx<'_>,
     service: &Service,
