@@ -120,6 +120,32 @@ async fn a_component_blocked_in_a_wasi_sleep_is_stopped_at_its_deadline() {
 }
 
 #[tokio::test]
+async fn a_component_reads_the_settings_of_the_moment_at_every_event() {
+    // The host keeps an installation's settings in memory between invocations: a change must
+    // reach the very next one.
+    let host = TestHost::start().await;
+    publish_hostile(
+        &host,
+        "moody",
+        &["orders.read"],
+        &["plugin.configured"],
+        json!({}),
+    )
+    .await;
+    let store = host.create_store("moody.example").await;
+    let inst = install_configured(&host, &store, "moody", json!({"mode": "fail"})).await;
+    let first = wait_attempts(&host, &store, &inst, 1).await.remove(0);
+    assert_eq!(first["succeeded"], false, "{first}");
+    for (n, mode) in [(2, "quiet"), (3, "fail"), (4, "quiet")] {
+        configure(&host, &store, &inst, json!({ "mode": mode })).await;
+        let all = wait_attempts(&host, &store, &inst, n).await;
+        assert_eq!(all.len(), n, "one attempt per event: {all:?}");
+        let succeeded = all.iter().filter(|a| a["succeeded"] == true).count();
+        assert_eq!(succeeded, n / 2, "mode {mode} at attempt {n}: {all:?}");
+    }
+}
+
+#[tokio::test]
 async fn sleeping_components_in_eight_stores_do_not_hold_up_webhooks() {
     let host = TestHost::start_for_webhooks(|_| {}).await;
     // The longest deadline there is: without the fixes each of these holds a slot for 60 s.

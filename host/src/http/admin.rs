@@ -127,9 +127,9 @@ pub struct InstallPlugin {
 pub async fn create_store(
     State(app): State<AppState>,
     Json(body): Json<CreateStore>,
-) -> Result<(StatusCode, axum::Json<Store>)> {
+) -> Result<(StatusCode, Json<Store>)> {
     let store = app.service.create_store(&body.domain)?;
-    Ok((StatusCode::CREATED, axum::Json(store)))
+    Ok((StatusCode::CREATED, Json(store)))
 }
 
 /// List stores, oldest first.
@@ -139,9 +139,9 @@ pub async fn create_store(
 pub async fn list_stores(
     State(app): State<AppState>,
     Query(params): Query<PageParams>,
-) -> Result<axum::Json<Page<Store>>> {
+) -> Result<Json<Page<Store>>> {
     let page = PageRequest::parse(&params)?;
-    Ok(axum::Json(app.service.list_stores(&page)?))
+    Ok(Json(app.service.list_stores(&page)?))
 }
 
 /// Get a store.
@@ -151,9 +151,9 @@ pub async fn list_stores(
 pub async fn get_store(
     State(app): State<AppState>,
     Path(store_id): Path<String>,
-) -> Result<axum::Json<Store>> {
+) -> Result<Json<Store>> {
     let id: StoreId = path_id("store", &store_id)?;
-    Ok(axum::Json(app.service.store(&id)?))
+    Ok(Json(app.service.store(&id)?))
 }
 
 /// Change a store's settings: its inbound rate limits and its daily outbound quotas, together or
@@ -166,9 +166,9 @@ pub async fn update_store(
     State(app): State<AppState>,
     Path(store_id): Path<String>,
     Json(body): Json<UpdateStore>,
-) -> Result<axum::Json<Store>> {
+) -> Result<Json<Store>> {
     let id: StoreId = path_id("store", &store_id)?;
-    Ok(axum::Json(app.service.update_store(&id, &body)?))
+    Ok(Json(app.service.update_store(&id, &body)?))
 }
 
 /// Publish a plugin (or a new version of one): its manifest, its message templates and, for a
@@ -182,7 +182,7 @@ pub async fn update_store(
 pub async fn publish_plugin(
     State(app): State<AppState>,
     Json(body): Json<PublishPlugin>,
-) -> Result<(StatusCode, axum::Json<Plugin>)> {
+) -> Result<(StatusCode, Json<Plugin>)> {
     publish_as(&app, None, body).await
 }
 
@@ -192,7 +192,7 @@ pub async fn publish_as(
     app: &AppState,
     developer: Option<crate::model::ids::AccountId>,
     body: PublishPlugin,
-) -> Result<(StatusCode, axum::Json<Plugin>)> {
+) -> Result<(StatusCode, Json<Plugin>)> {
     let component = body.decoded_component()?;
     let (service, plugins) = (app.service.clone(), app.plugins.clone());
     let plugin = tokio::task::spawn_blocking(move || {
@@ -206,7 +206,7 @@ pub async fn publish_as(
     })
     .await
     .map_err(|e| crate::Error::Internal(anyhow::anyhow!("publishing: {e}")))??;
-    Ok((StatusCode::CREATED, axum::Json(plugin)))
+    Ok((StatusCode::CREATED, Json(plugin)))
 }
 
 /// List published plugins, by name.
@@ -216,9 +216,9 @@ pub async fn publish_as(
 pub async fn list_plugins(
     State(app): State<AppState>,
     Query(params): Query<PageParams>,
-) -> Result<axum::Json<Page<Plugin>>> {
+) -> Result<Json<Page<Plugin>>> {
     let page = PageRequest::parse(&params)?;
-    Ok(axum::Json(app.service.list_plugins(&page)?))
+    Ok(Json(app.service.list_plugins(&page)?))
 }
 
 /// Get a published plugin.
@@ -228,8 +228,8 @@ pub async fn list_plugins(
 pub async fn get_plugin(
     State(app): State<AppState>,
     Path(name): Path<String>,
-) -> Result<axum::Json<Plugin>> {
-    Ok(axum::Json(app.service.plugin(&name)?))
+) -> Result<Json<Plugin>> {
+    Ok(Json(app.service.plugin(&name)?))
 }
 
 /// Install a plugin into a store. The response carries the project token, shown only this once.
@@ -245,13 +245,13 @@ pub async fn install(
     State(app): State<AppState>,
     Path(store_id): Path<String>,
     Json(body): Json<InstallPlugin>,
-) -> Result<(StatusCode, axum::Json<NewInstallation>)> {
+) -> Result<(StatusCode, Json<NewInstallation>)> {
     let id: StoreId = path_id("store", &store_id)?;
     let service = app.service.clone();
     let installed = tokio::task::spawn_blocking(move || service.install(&id, &body.plugin))
         .await
         .map_err(|e| crate::Error::Internal(anyhow::anyhow!("installing: {e}")))??;
-    Ok((StatusCode::CREATED, axum::Json(installed)))
+    Ok((StatusCode::CREATED, Json(installed)))
 }
 
 /// List a store's installations (active and uninstalled), oldest first.
@@ -263,10 +263,10 @@ pub async fn list_installations(
     State(app): State<AppState>,
     Path(store_id): Path<String>,
     Query(params): Query<PageParams>,
-) -> Result<axum::Json<Page<Installation>>> {
+) -> Result<Json<Page<Installation>>> {
     let id: StoreId = path_id("store", &store_id)?;
     let page = PageRequest::parse(&params)?;
-    Ok(axum::Json(app.service.list_installations(&id, &page)?))
+    Ok(Json(app.service.list_installations(&id, &page)?))
 }
 
 /// Get an installation.
@@ -277,10 +277,10 @@ pub async fn list_installations(
 pub async fn get_installation(
     State(app): State<AppState>,
     Path((store_id, id)): Path<(String, String)>,
-) -> Result<axum::Json<Installation>> {
+) -> Result<Json<Installation>> {
     let store: StoreId = path_id("store", &store_id)?;
     let id: InstallationId = path_id("installation", &id)?;
-    Ok(axum::Json(app.service.installation(&store, &id)?))
+    Ok(Json(app.service.installation(&store, &id)?))
 }
 
 /// Uninstall: the token is revoked at once and `plugin.uninstalled` fires.
@@ -310,10 +310,10 @@ pub async fn uninstall(
 pub async fn upgrade(
     State(app): State<AppState>,
     Path((store_id, id)): Path<(String, String)>,
-) -> Result<axum::Json<Installation>> {
+) -> Result<Json<Installation>> {
     let store: StoreId = path_id("store", &store_id)?;
     let id: InstallationId = path_id("installation", &id)?;
-    Ok(axum::Json(app.service.upgrade(&store, &id)?))
+    Ok(Json(app.service.upgrade(&store, &id)?))
 }
 
 /// Invite the owner of a store: the invitation mail, with a one-time link to choose a password
@@ -330,12 +330,12 @@ pub async fn invite_owner(
     State(app): State<AppState>,
     Path(store_id): Path<String>,
     Json(body): Json<InvitationBody>,
-) -> Result<(StatusCode, axum::Json<Invitation>)> {
+) -> Result<(StatusCode, Json<Invitation>)> {
     let store: StoreId = path_id("store", &store_id)?;
     let invitation =
         app.service
             .invite(&Inviter::Operator, &body.email, Role::Owner, Some(&store))?;
-    Ok((StatusCode::CREATED, axum::Json(invitation)))
+    Ok((StatusCode::CREATED, Json(invitation)))
 }
 
 /// Invite a plugin developer, as for an owner (the link by mail, valid 7 days).
@@ -347,11 +347,11 @@ pub async fn invite_owner(
 pub async fn invite_developer(
     State(app): State<AppState>,
     Json(body): Json<InvitationBody>,
-) -> Result<(StatusCode, axum::Json<Invitation>)> {
+) -> Result<(StatusCode, Json<Invitation>)> {
     let invitation = app
         .service
         .invite(&Inviter::Operator, &body.email, Role::Developer, None)?;
-    Ok((StatusCode::CREATED, axum::Json(invitation)))
+    Ok((StatusCode::CREATED, Json(invitation)))
 }
 
 /// Confirm a payment, as the payment gateway does: the open order becomes `paid` and `order.paid`
@@ -366,11 +366,11 @@ pub async fn confirm_payment(
     State(app): State<AppState>,
     Path((store_id, id)): Path<(String, String)>,
     Json(body): Json<ConfirmPayment>,
-) -> Result<axum::Json<Order>> {
+) -> Result<Json<Order>> {
     let store: StoreId = path_id("store", &store_id)?;
     let id: OrderId = path_id("order", &id)?;
     let store = app.service.store(&store)?.reference();
-    Ok(axum::Json(app.service.confirm_payment(&store, &id, &body)?))
+    Ok(Json(app.service.confirm_payment(&store, &id, &body)?))
 }
 
 /// Filters of the event log.
@@ -397,17 +397,13 @@ pub async fn list_events(
     State(app): State<AppState>,
     Path(store_id): Path<String>,
     Query(filter): Query<EventFilter>,
-) -> Result<axum::Json<Page<Event>>> {
+) -> Result<Json<Page<Event>>> {
     let store: StoreId = path_id("store", &store_id)?;
     let page = PageRequest::parse(&PageParams {
         limit: filter.limit,
         cursor: filter.cursor,
     })?;
-    Ok(axum::Json(app.service.list_events(
-        &store,
-        filter.kind,
-        &page,
-    )?))
+    Ok(Json(app.service.list_events(&store, filter.kind, &page)?))
 }
 
 /// Body of `PUT /admin/v1/stores/{store_id}/installations/{id}/settings`.
@@ -430,14 +426,10 @@ pub async fn configure(
     State(app): State<AppState>,
     Path((store_id, id)): Path<(String, String)>,
     Json(body): Json<Configure>,
-) -> Result<axum::Json<Installation>> {
+) -> Result<Json<Installation>> {
     let store: StoreId = path_id("store", &store_id)?;
     let id: InstallationId = path_id("installation", &id)?;
-    Ok(axum::Json(app.service.configure(
-        &store,
-        &id,
-        body.settings,
-    )?))
+    Ok(Json(app.service.configure(&store, &id, body.settings)?))
 }
 
 /// The host's own mail (webhook pause notices), newest first, with what became of each: `sent`
@@ -449,9 +441,9 @@ pub async fn configure(
 pub async fn list_mail(
     State(app): State<AppState>,
     Query(params): Query<PageParams>,
-) -> Result<axum::Json<Page<MailRecord>>> {
+) -> Result<Json<Page<MailRecord>>> {
     let page = PageRequest::parse(&params)?;
-    Ok(axum::Json(app.service.mail(&page)?))
+    Ok(Json(app.service.mail(&page)?))
 }
 
 /// Resume deliveries to an installation's component after its retries ran out and it was
@@ -464,10 +456,10 @@ pub async fn list_mail(
 pub async fn resume_component(
     State(app): State<AppState>,
     Path((store_id, id)): Path<(String, String)>,
-) -> Result<axum::Json<Installation>> {
+) -> Result<Json<Installation>> {
     let store: StoreId = path_id("store", &store_id)?;
     let id: InstallationId = path_id("installation", &id)?;
-    Ok(axum::Json(app.service.resume_component(&store, &id)?))
+    Ok(Json(app.service.resume_component(&store, &id)?))
 }
 
 /// Re-send failed events to an installation's component: one (`event_id`) or every failed one
@@ -483,12 +475,12 @@ pub async fn replay_component(
     State(app): State<AppState>,
     Path((store_id, id)): Path<(String, String)>,
     Json(body): Json<crate::model::webhook::ReplayRequest>,
-) -> Result<(StatusCode, axum::Json<crate::model::webhook::ReplayResult>)> {
+) -> Result<(StatusCode, Json<crate::model::webhook::ReplayResult>)> {
     let store: StoreId = path_id("store", &store_id)?;
     let id: InstallationId = path_id("installation", &id)?;
     Ok((
         StatusCode::ACCEPTED,
-        axum::Json(app.service.replay_component(&store, &id, &body)?),
+        Json(app.service.replay_component(&store, &id, &body)?),
     ))
 }
 
@@ -504,11 +496,11 @@ pub async fn component_attempts(
     State(app): State<AppState>,
     Path((store_id, id)): Path<(String, String)>,
     Query(params): Query<PageParams>,
-) -> Result<axum::Json<Page<crate::model::delivery::Attempt>>> {
+) -> Result<Json<Page<crate::model::delivery::Attempt>>> {
     let store: StoreId = path_id("store", &store_id)?;
     let id: InstallationId = path_id("installation", &id)?;
     let page = PageRequest::parse(&params)?;
-    Ok(axum::Json(
+    Ok(Json(
         app.service.list_component_attempts(&store, &id, &page)?,
     ))
 }

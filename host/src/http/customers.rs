@@ -38,14 +38,12 @@ pub async fn list_customers(
     State(app): State<AppState>,
     Caller(actor): Caller,
     Query(filter): Query<CustomerFilter>,
-) -> Result<axum::Json<Page<Customer>>> {
+) -> Result<Json<Page<Customer>>> {
     let page = PageRequest::parse(&PageParams {
         limit: filter.limit.clone(),
         cursor: filter.cursor.clone(),
     })?;
-    Ok(axum::Json(
-        app.service.list_customers(&actor, &filter, &page)?,
-    ))
+    Ok(Json(app.service.list_customers(&actor, &filter, &page)?))
 }
 
 /// Fetch one customer with addresses. Scope `customers.read`.
@@ -57,10 +55,8 @@ pub async fn get_customer(
     State(app): State<AppState>,
     Caller(actor): Caller,
     Path(id): Path<String>,
-) -> Result<axum::Json<Customer>> {
-    Ok(axum::Json(
-        app.service.customer(&actor, &customer_id(&id)?)?,
-    ))
+) -> Result<Json<Customer>> {
+    Ok(Json(app.service.customer(&actor, &customer_id(&id)?)?))
 }
 
 /// Create a customer (an email or a phone is required; emails are unique in the store); fires
@@ -74,10 +70,10 @@ pub async fn create_customer(
     State(app): State<AppState>,
     Caller(actor): Caller,
     Json(body): Json<CreateCustomer>,
-) -> Result<(StatusCode, axum::Json<Customer>)> {
+) -> Result<(StatusCode, Json<Customer>)> {
     Ok((
         StatusCode::CREATED,
-        axum::Json(app.service.create_customer(&actor, body)?),
+        Json(app.service.create_customer(&actor, body)?),
     ))
 }
 
@@ -92,8 +88,8 @@ pub async fn update_customer(
     Caller(actor): Caller,
     Path(id): Path<String>,
     Json(body): Json<UpdateCustomer>,
-) -> Result<axum::Json<Customer>> {
-    Ok(axum::Json(app.service.update_customer(
+) -> Result<Json<Customer>> {
+    Ok(Json(app.service.update_customer(
         &actor,
         &customer_id(&id)?,
         body,

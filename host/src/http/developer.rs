@@ -44,7 +44,7 @@ pub async fn publish(
     State(app): State<AppState>,
     Extension(developer): Extension<Account>,
     Json(body): Json<PublishPlugin>,
-) -> Result<(StatusCode, axum::Json<Plugin>)> {
+) -> Result<(StatusCode, Json<Plugin>)> {
     super::admin::publish_as(&app, Some(developer.id), body).await
 }
 
@@ -54,8 +54,8 @@ pub async fn publish(
 pub async fn list(
     State(app): State<AppState>,
     Extension(developer): Extension<Account>,
-) -> Result<axum::Json<DeveloperPlugins>> {
-    Ok(axum::Json(DeveloperPlugins {
+) -> Result<Json<DeveloperPlugins>> {
+    Ok(Json(DeveloperPlugins {
         data: app.service.developer_plugins(&developer.id)?,
     }))
 }
@@ -74,7 +74,7 @@ pub async fn invocation(
     State(app): State<AppState>,
     Extension(developer): Extension<Account>,
     Path(id): Path<String>,
-) -> Result<axum::Json<crate::service::developer::InvocationReplay>> {
+) -> Result<Json<crate::service::developer::InvocationReplay>> {
     let service = app.service.clone();
     let replay =
         tokio::task::spawn_blocking(move || service.developer_invocation(&developer.id, &id))
@@ -82,5 +82,5 @@ pub async fn invocation(
             .map_err(|e| {
                 crate::Error::Internal(anyhow::anyhow!("reading the invocation: {e}"))
             })??;
-    Ok(axum::Json(replay))
+    Ok(Json(replay))
 }

@@ -1,4 +1,5 @@
-//! Extractors whose rejections come out in the spec's error format, with a precise `field`.
+//! Extractors whose rejections come out in the spec's error format, with a precise `field`, and
+//! the JSON response the handlers answer with.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -22,6 +23,49 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T> {
         let bytes = json_bytes(req, state).await?;
         parse_json_object(&bytes).map(Json)
     }
+}
+
+/// Answering with `Json(value)` serializes `value` into a buffer kept by the worker thread and
+/// copies the result into a body of its exact size: one allocation per response, where a body
+/// grown while serializing (as `axum::Json` does, from 128 bytes) is reallocated and copied
+/// several times for an order or a page of them.
+impl<T: serde::Serialize> axum::response::IntoResponse for Json<T> {
+    fn into_response(self) -> axum::response::Response {
+        match to_json_body(&self.0) {
+            Ok(body) => (
+                [(
+                    CONTENT_TYPE,
+                    axum::http::HeaderValue::from_static("application/json"),
+                )],
+                body,
+            )
+                .into_response(),
+            Err(e) => Error::Internal(anyhow::Error::new(e).context("serializing the response"))
+                .into_response(),
+        }
+    }
+}
+
+/// The most a worker thread keeps of its serialization buffer between responses.
+const KEPT_BUFFER_BYTES: usize = 256 << 10;
+
+thread_local! {
+    static BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `value` as JSON, serialized in the thread's buffer and copied out at its exact size.
+fn to_json_body<T: serde::Serialize>(value: &T) -> serde_json::Result<Bytes> {
+    BUFFER.with(|cell| {
+        // Taken rather than borrowed, so that a serializer calling back in here cannot panic.
+        let mut buf = std::mem::take(&mut *cell.borrow_mut());
+        buf.clear();
+        let written = serde_json::to_writer(&mut buf, value);
+        let body = written.map(|()| Bytes::copy_from_slice(&buf));
+        if buf.capacity() <= KEPT_BUFFER_BYTES {
+            *cell.borrow_mut() = buf;
+        }
+        body
+    })
 }
 
 /// A JSON body that may be left out: an empty body is `T::default()`; any other is read as

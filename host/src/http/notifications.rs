@@ -86,9 +86,9 @@ pub async fn send_notification(
     State(app): State<AppState>,
     Caller(actor): Caller,
     Json(body): Json<NotificationRequest>,
-) -> Result<(StatusCode, axum::Json<NotificationAccepted>)> {
+) -> Result<(StatusCode, Json<NotificationAccepted>)> {
     let accepted = blocking(move || app.service.send_notification(&actor, body)).await?;
-    Ok((StatusCode::ACCEPTED, axum::Json(accepted)))
+    Ok((StatusCode::ACCEPTED, Json(accepted)))
 }
 
 /// Runs a call that renders templates on the blocking pool: a render may take milliseconds and
@@ -109,9 +109,9 @@ pub async fn get_notification(
     State(app): State<AppState>,
     Caller(actor): Caller,
     Path(id): Path<String>,
-) -> Result<axum::Json<Notification>> {
+) -> Result<Json<Notification>> {
     let id: MessageId = path_id("notification", &id)?;
-    Ok(axum::Json(app.service.notification(&actor, &id)?))
+    Ok(Json(app.service.notification(&actor, &id)?))
 }
 
 /// The banners showing on the store's dashboard (not expired, not dismissed), newest first,
@@ -124,11 +124,9 @@ pub async fn list_banners(
     State(app): State<AppState>,
     Path(store): Path<String>,
     Query(params): Query<PageParams>,
-) -> Result<axum::Json<Page<Banner>>> {
+) -> Result<Json<Page<Banner>>> {
     let page = PageRequest::parse(&params)?;
-    Ok(axum::Json(
-        app.service.active_banners(&store_id(&store)?, &page)?,
-    ))
+    Ok(Json(app.service.active_banners(&store_id(&store)?, &page)?))
 }
 
 /// The merchant dismisses a banner (again: no change).
@@ -139,11 +137,9 @@ pub async fn list_banners(
 pub async fn dismiss_banner(
     State(app): State<AppState>,
     Path((store, id)): Path<(String, String)>,
-) -> Result<axum::Json<Banner>> {
+) -> Result<Json<Banner>> {
     let id: MessageId = path_id("banner", &id)?;
-    Ok(axum::Json(
-        app.service.dismiss_banner(&store_id(&store)?, &id)?,
-    ))
+    Ok(Json(app.service.dismiss_banner(&store_id(&store)?, &id)?))
 }
 
 /// The store's decision feed, newest first, each card attributed to its plugin.
@@ -155,9 +151,9 @@ pub async fn list_feed(
     State(app): State<AppState>,
     Path(store): Path<String>,
     Query(params): Query<PageParams>,
-) -> Result<axum::Json<Page<FeedCard>>> {
+) -> Result<Json<Page<FeedCard>>> {
     let page = PageRequest::parse(&params)?;
-    Ok(axum::Json(app.service.feed(&store_id(&store)?, &page)?))
+    Ok(Json(app.service.feed(&store_id(&store)?, &page)?))
 }
 
 /// The store's outbox: messages accepted while no sender was connected for their channel, with
@@ -170,13 +166,13 @@ pub async fn list_outbox(
     State(app): State<AppState>,
     Path(store): Path<String>,
     Query(params): Query<PageParams>,
-) -> Result<axum::Json<Page<Message>>> {
+) -> Result<Json<Page<Message>>> {
     let filter = MessageFilter {
         status: Some(MessageStatus::Outbox),
         ..MessageFilter::default()
     };
     let page = PageRequest::parse(&params)?;
-    Ok(axum::Json(app.service.messages(
+    Ok(Json(app.service.messages(
         &store_id(&store)?,
         &filter,
         &page,
@@ -192,12 +188,12 @@ pub async fn list_messages(
     State(app): State<AppState>,
     Path(store): Path<String>,
     Query(filter): Query<MessageFilter>,
-) -> Result<axum::Json<Page<Message>>> {
+) -> Result<Json<Page<Message>>> {
     let page = PageRequest::parse(&PageParams {
         limit: filter.limit.clone(),
         cursor: filter.cursor.clone(),
     })?;
-    Ok(axum::Json(app.service.messages(
+    Ok(Json(app.service.messages(
         &store_id(&store)?,
         &filter,
         &page,
@@ -212,9 +208,9 @@ pub async fn list_messages(
 pub async fn get_message(
     State(app): State<AppState>,
     Path((store, id)): Path<(String, String)>,
-) -> Result<axum::Json<Message>> {
+) -> Result<Json<Message>> {
     let id: MessageId = path_id("notification", &id)?;
-    Ok(axum::Json(app.service.message(&store_id(&store)?, &id)?))
+    Ok(Json(app.service.message(&store_id(&store)?, &id)?))
 }
 
 /// The store's connected senders (secrets are never shown).
@@ -224,8 +220,8 @@ pub async fn get_message(
 pub async fn list_senders(
     State(app): State<AppState>,
     Path(store): Path<String>,
-) -> Result<axum::Json<Vec<SenderView>>> {
-    Ok(axum::Json(app.service.senders(&store_id(&store)?)?))
+) -> Result<Json<Vec<SenderView>>> {
+    Ok(Json(app.service.senders(&store_id(&store)?)?))
 }
 
 /// The channels that go out through a merchant's sender (banners and feed cards have none).
@@ -260,9 +256,9 @@ pub async fn set_sender(
     State(app): State<AppState>,
     Path((store, channel)): Path<(String, String)>,
     Json(body): Json<SenderSettings>,
-) -> Result<axum::Json<SenderView>> {
+) -> Result<Json<SenderView>> {
     let channel = sender_channel(&channel)?;
-    Ok(axum::Json(app.service.set_sender(
+    Ok(Json(app.service.set_sender(
         &store_id(&store)?,
         channel,
         body,
@@ -292,8 +288,8 @@ pub async fn delete_sender(
 pub async fn get_template(
     State(app): State<AppState>,
     Path((store, plugin, key)): Path<(String, String, String)>,
-) -> Result<axum::Json<TemplateView>> {
-    Ok(axum::Json(app.service.template_view(
+) -> Result<Json<TemplateView>> {
+    Ok(Json(app.service.template_view(
         &store_id(&store)?,
         &plugin,
         &key,
@@ -313,14 +309,14 @@ pub async fn set_template_override(
     State(app): State<AppState>,
     Path((store, plugin, key)): Path<(String, String, String)>,
     Json(body): Json<Wording>,
-) -> Result<axum::Json<TemplateView>> {
+) -> Result<Json<TemplateView>> {
     let store = store_id(&store)?;
     let view = blocking(move || {
         app.service
             .set_template_override(&store, &plugin, &key, body)
     })
     .await?;
-    Ok(axum::Json(view))
+    Ok(Json(view))
 }
 
 /// Remove the store's override: the plugin's wording applies again.

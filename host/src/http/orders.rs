@@ -16,8 +16,8 @@ use crate::model::order::{
 use crate::service::PageRequest;
 use crate::service::pagination::{Page, PageParams};
 
-type Reply<T> = Result<axum::Json<T>>;
-type Created<T> = Result<(StatusCode, axum::Json<T>)>;
+type Reply<T> = Result<Json<T>>;
+type Created<T> = Result<(StatusCode, Json<T>)>;
 
 /// Order routes.
 pub fn router() -> Router<AppState> {
@@ -47,9 +47,7 @@ pub async fn list_orders(
         limit: filter.limit.clone(),
         cursor: filter.cursor.clone(),
     })?;
-    Ok(axum::Json(
-        state.service.list_orders(&actor, &filter, &page)?,
-    ))
+    Ok(Json(state.service.list_orders(&actor, &filter, &page)?))
 }
 
 /// Fetch one order with its line items. Scope `orders.read`.
@@ -62,7 +60,7 @@ pub async fn get_order(
     Caller(actor): Caller,
     Path(id): Path<String>,
 ) -> Reply<Order> {
-    Ok(axum::Json(state.service.order(&actor, &order_id(&id)?)?))
+    Ok(Json(state.service.order(&actor, &order_id(&id)?)?))
 }
 
 /// Create a draft or live order; fires `order.created`. Accepts `Idempotency-Key`. Scope `orders.write`.
@@ -79,7 +77,7 @@ pub async fn create_order(
 ) -> Created<Order> {
     Ok((
         StatusCode::CREATED,
-        axum::Json(state.service.create_order(&actor, body)?),
+        Json(state.service.create_order(&actor, body)?),
     ))
 }
 
@@ -94,7 +92,7 @@ pub async fn update_order(
     Path(id): Path<String>,
     Json(body): Json<UpdateOrder>,
 ) -> Reply<Order> {
-    Ok(axum::Json(state.service.update_order(
+    Ok(Json(state.service.update_order(
         &actor,
         &order_id(&id)?,
         body,
@@ -115,7 +113,7 @@ pub async fn fulfill(
     Json(body): Json<CreateFulfillment>,
 ) -> Created<Order> {
     let (order, _) = state.service.fulfill_order(&actor, &order_id(&id)?, body)?;
-    Ok((StatusCode::CREATED, axum::Json(order)))
+    Ok((StatusCode::CREATED, Json(order)))
 }
 
 /// Refund money or items, never more than was paid; fires `order.refunded`. Responds with the
@@ -132,7 +130,7 @@ pub async fn refund(
     Json(body): Json<CreateRefund>,
 ) -> Created<Order> {
     let (order, _) = state.service.refund_order(&actor, &order_id(&id)?, body)?;
-    Ok((StatusCode::CREATED, axum::Json(order)))
+    Ok((StatusCode::CREATED, Json(order)))
 }
 
 /// Place a draft: it becomes `open` and takes stock. Scope `orders.write`.
@@ -146,9 +144,7 @@ pub async fn complete(
     Caller(actor): Caller,
     Path(id): Path<String>,
 ) -> Reply<Order> {
-    Ok(axum::Json(
-        state.service.complete_order(&actor, &order_id(&id)?)?,
-    ))
+    Ok(Json(state.service.complete_order(&actor, &order_id(&id)?)?))
 }
 
 /// Cancel a draft or an open order with nothing shipped; unshipped stock is given back; fires
@@ -164,7 +160,7 @@ pub async fn cancel(
     Path(id): Path<String>,
     Json(body): Json<CancelOrder>,
 ) -> Reply<Order> {
-    Ok(axum::Json(state.service.cancel_order(
+    Ok(Json(state.service.cancel_order(
         &actor,
         &order_id(&id)?,
         body,

@@ -38,14 +38,12 @@ pub async fn list_products(
     State(app): State<AppState>,
     Caller(actor): Caller,
     Query(filter): Query<ProductFilter>,
-) -> Result<axum::Json<Page<Product>>> {
+) -> Result<Json<Page<Product>>> {
     let page = PageRequest::parse(&PageParams {
         limit: filter.limit.clone(),
         cursor: filter.cursor.clone(),
     })?;
-    Ok(axum::Json(
-        app.service.list_products(&actor, &filter, &page)?,
-    ))
+    Ok(Json(app.service.list_products(&actor, &filter, &page)?))
 }
 
 /// Fetch one product with its variants. Scope `products.read`.
@@ -57,8 +55,8 @@ pub async fn get_product(
     State(app): State<AppState>,
     Caller(actor): Caller,
     Path(id): Path<String>,
-) -> Result<axum::Json<Product>> {
-    Ok(axum::Json(app.service.product(&actor, &product_id(&id)?)?))
+) -> Result<Json<Product>> {
+    Ok(Json(app.service.product(&actor, &product_id(&id)?)?))
 }
 
 /// Create a product (`active` by default, which publishes it and fires `product.created`).
@@ -72,10 +70,10 @@ pub async fn create_product(
     State(app): State<AppState>,
     Caller(actor): Caller,
     Json(body): Json<CreateProduct>,
-) -> Result<(StatusCode, axum::Json<Product>)> {
+) -> Result<(StatusCode, Json<Product>)> {
     Ok((
         StatusCode::CREATED,
-        axum::Json(app.service.create_product(&actor, body)?),
+        Json(app.service.create_product(&actor, body)?),
     ))
 }
 
@@ -91,8 +89,8 @@ pub async fn update_product(
     Caller(actor): Caller,
     Path(id): Path<String>,
     Json(body): Json<UpdateProduct>,
-) -> Result<axum::Json<Product>> {
-    Ok(axum::Json(app.service.update_product(
+) -> Result<Json<Product>> {
+    Ok(Json(app.service.update_product(
         &actor,
         &product_id(&id)?,
         body,
@@ -109,10 +107,10 @@ pub async fn add_variant(
     Caller(actor): Caller,
     Path(id): Path<String>,
     Json(body): Json<NewVariant>,
-) -> Result<(StatusCode, axum::Json<Product>)> {
+) -> Result<(StatusCode, Json<Product>)> {
     Ok((
         StatusCode::CREATED,
-        axum::Json(app.service.add_variant(&actor, &product_id(&id)?, body)?),
+        Json(app.service.add_variant(&actor, &product_id(&id)?, body)?),
     ))
 }
 
@@ -128,6 +126,6 @@ pub async fn adjust_inventory(
     State(app): State<AppState>,
     Caller(actor): Caller,
     Json(body): Json<AdjustInventory>,
-) -> Result<axum::Json<InventoryLevel>> {
-    Ok(axum::Json(app.service.adjust_inventory(&actor, body)?))
+) -> Result<Json<InventoryLevel>> {
+    Ok(Json(app.service.adjust_inventory(&actor, body)?))
 }

@@ -41,9 +41,9 @@ pub struct CurrentInstallation {
 pub async fn current_installation(
     axum::extract::State(app): axum::extract::State<AppState>,
     Caller(actor): Caller,
-) -> Result<axum::Json<CurrentInstallation>> {
+) -> Result<super::extract::Json<CurrentInstallation>> {
     let settings = app.service.own_settings(&actor)?;
-    Ok(axum::Json(CurrentInstallation {
+    Ok(super::extract::Json(CurrentInstallation {
         settings,
         id: actor.installation,
         store: actor.store,

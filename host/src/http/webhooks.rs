@@ -61,9 +61,9 @@ pub async fn create_webhook(
     State(app): State<AppState>,
     Caller(actor): Caller,
     Json(body): Json<NewWebhook>,
-) -> Result<(StatusCode, axum::Json<Webhook>)> {
+) -> Result<(StatusCode, Json<Webhook>)> {
     let webhook = app.service.create_webhook(&actor, body).await?;
-    Ok((StatusCode::CREATED, axum::Json(webhook)))
+    Ok((StatusCode::CREATED, Json(webhook)))
 }
 
 /// The caller's subscriptions (API and manifest ones), oldest first.
@@ -75,9 +75,9 @@ pub async fn list_webhooks(
     State(app): State<AppState>,
     Caller(actor): Caller,
     Query(params): Query<PageParams>,
-) -> Result<axum::Json<Page<Webhook>>> {
+) -> Result<Json<Page<Webhook>>> {
     let page = PageRequest::parse(&params)?;
-    Ok(axum::Json(app.service.list_webhooks(&actor, &page)?))
+    Ok(Json(app.service.list_webhooks(&actor, &page)?))
 }
 
 /// One of the caller's subscriptions; another installation's is 404.
@@ -89,11 +89,9 @@ pub async fn get_webhook(
     State(app): State<AppState>,
     Caller(actor): Caller,
     Path(id): Path<String>,
-) -> Result<axum::Json<Webhook>> {
+) -> Result<Json<Webhook>> {
     let id = webhook_id(&id)?;
-    Ok(axum::Json(
-        app.service.own_subscription(&actor, &id)?.view(),
-    ))
+    Ok(Json(app.service.own_subscription(&actor, &id)?.view()))
 }
 
 /// Change the URL, the events or the secret (fields left out stay); the same rules as creation.
@@ -107,11 +105,9 @@ pub async fn update_webhook(
     Caller(actor): Caller,
     Path(id): Path<String>,
     Json(body): Json<WebhookPatch>,
-) -> Result<axum::Json<Webhook>> {
+) -> Result<Json<Webhook>> {
     let id = webhook_id(&id)?;
-    Ok(axum::Json(
-        app.service.update_webhook(&actor, &id, body).await?,
-    ))
+    Ok(Json(app.service.update_webhook(&actor, &id, body).await?))
 }
 
 /// Delete a subscription; its queued deliveries are dropped.
@@ -139,9 +135,9 @@ pub async fn resume_webhook(
     State(app): State<AppState>,
     Caller(actor): Caller,
     Path(id): Path<String>,
-) -> Result<axum::Json<Webhook>> {
+) -> Result<Json<Webhook>> {
     let id = webhook_id(&id)?;
-    Ok(axum::Json(app.service.resume_webhook(&actor, &id)?))
+    Ok(Json(app.service.resume_webhook(&actor, &id)?))
 }
 
 /// Re-send failed and pending events (kept 30 days): `{"event_id": "evt_…"}` for one, or
@@ -161,10 +157,10 @@ pub async fn replay_webhook(
     Caller(actor): Caller,
     Path(id): Path<String>,
     Json(body): Json<ReplayRequest>,
-) -> Result<(StatusCode, axum::Json<ReplayResult>)> {
+) -> Result<(StatusCode, Json<ReplayResult>)> {
     let id = webhook_id(&id)?;
     let result = app.service.replay(&actor, &id, &body)?;
-    Ok((StatusCode::ACCEPTED, axum::Json(result)))
+    Ok((StatusCode::ACCEPTED, Json(result)))
 }
 
 /// Send a test event to this subscription only: a synthetic event (`evt_…` id, example `data` in
@@ -185,10 +181,10 @@ pub async fn send_test_event(
     Path(id): Path<String>,
     // The body is optional: empty means the subscription's first event.
     super::extract::OptionalJson(body): super::extract::OptionalJson<TestEventRequest>,
-) -> Result<(StatusCode, axum::Json<Delivery>)> {
+) -> Result<(StatusCode, Json<Delivery>)> {
     let id = webhook_id(&id)?;
     let delivery = app.service.send_test_event(&actor, &id, &body)?;
-    Ok((StatusCode::ACCEPTED, axum::Json(delivery.public())))
+    Ok((StatusCode::ACCEPTED, Json(delivery.public())))
 }
 
 /// Resend one delivery now, named by its event (`evt_…`; one delivery per event and
@@ -209,10 +205,10 @@ pub async fn resend_delivery(
     State(app): State<AppState>,
     Caller(actor): Caller,
     Path((id, event_id)): Path<(String, String)>,
-) -> Result<(StatusCode, axum::Json<Delivery>)> {
+) -> Result<(StatusCode, Json<Delivery>)> {
     let id = webhook_id(&id)?;
     let delivery = app.service.resend(&actor, &id, &event_id)?;
-    Ok((StatusCode::ACCEPTED, axum::Json(delivery.public())))
+    Ok((StatusCode::ACCEPTED, Json(delivery.public())))
 }
 
 /// Rotate the signing secret with a 24-hour overlap: from now on deliveries are signed with the
@@ -229,9 +225,9 @@ pub async fn rotate_secret(
     Caller(actor): Caller,
     Path(id): Path<String>,
     Json(body): Json<RotateSecret>,
-) -> Result<axum::Json<SecretRotated>> {
+) -> Result<Json<SecretRotated>> {
     let id = webhook_id(&id)?;
-    Ok(axum::Json(app.service.rotate_secret(&actor, &id, &body)?))
+    Ok(Json(app.service.rotate_secret(&actor, &id, &body)?))
 }
 
 /// The attempt log: every attempt (time, status code or error, duration, the first KiB of the
@@ -246,10 +242,10 @@ pub async fn list_attempts(
     Caller(actor): Caller,
     Path(id): Path<String>,
     Query(params): Query<PageParams>,
-) -> Result<axum::Json<Page<Attempt>>> {
+) -> Result<Json<Page<Attempt>>> {
     let id = webhook_id(&id)?;
     let page = PageRequest::parse(&params)?;
-    Ok(axum::Json(app.service.list_attempts(&actor, &id, &page)?))
+    Ok(Json(app.service.list_attempts(&actor, &id, &page)?))
 }
 
 /// The deliveries (one per event), newest event first, optionally only `pending`, `succeeded`
@@ -264,9 +260,9 @@ pub async fn list_deliveries(
     Caller(actor): Caller,
     Path(id): Path<String>,
     Query(filter): Query<DeliveryFilter>,
-) -> Result<axum::Json<Page<Delivery>>> {
+) -> Result<Json<Page<Delivery>>> {
     let id = webhook_id(&id)?;
     let mut page = app.service.list_deliveries(&actor, &id, &filter)?;
     page.data = page.data.into_iter().map(Delivery::public).collect();
-    Ok(axum::Json(page))
+    Ok(Json(page))
 }

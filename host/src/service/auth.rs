@@ -128,11 +128,25 @@ impl Service {
     /// The actor of an installation's component: its store, identity and scopes. An uninstalled
     /// installation (receiving its `plugin.uninstalled`) keeps its identity but has no scopes:
     /// its token is revoked, and so is its access.
+    ///
+    /// The store record comes from the [`AuthCache`] while it is unchanged (an invocation needs
+    /// it for every event).
+    ///
+    /// [`AuthCache`]: super::auth_cache::AuthCache
     pub fn component_actor(&self, installation: &Installation) -> Result<Actor> {
-        let store: Store = self
-            .db
-            .read(&Store::key(&installation.store_id))?
-            .ok_or_else(|| Error::not_found("store", &installation.store_id))?;
+        let store = match self.auth_cache.store(&installation.store_id) {
+            Some(store) => store,
+            None => {
+                let read_at = self.auth_cache.generation();
+                let store: Store = self
+                    .db
+                    .read(&Store::key(&installation.store_id))?
+                    .ok_or_else(|| Error::not_found("store", &installation.store_id))?;
+                let store = std::sync::Arc::new(store);
+                self.auth_cache.remember_store(store.clone(), read_at);
+                store
+            }
+        };
         let active = installation.status == InstallationStatus::Active;
         Ok(Actor {
             store: store.reference(),

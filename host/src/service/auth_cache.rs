@@ -1,6 +1,7 @@
 //! The cache of authenticated tokens: what [`Service::authenticate`] and [`Service::admit`]
 //! would read from storage on every request (the token record, the installation, the store), kept
-//! in memory for as long as none of those records has changed.
+//! in memory for as long as none of those records has changed. A component's invocation asks it
+//! the same way for its store (its actor's rate limits) and its installation's settings.
 //!
 //! Validity is one number: the generation of a [`Changes`] watch on the installation, store and
 //! token records ([`WATCHED`]), which storage moves on after every committed transaction that
@@ -22,6 +23,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::model::ids::{InstallationId, StoreId};
+use crate::model::store::Store;
 use crate::storage::{Changes, Copied, CopyGuard};
 
 use super::auth::Actor;
@@ -46,6 +48,10 @@ struct State {
     tokens: HashMap<[u8; 32], Actor>,
     /// Installations known to be installed, with their store.
     installed: HashMap<InstallationId, StoreId>,
+    /// Store records, for the actors of components.
+    stores: HashMap<StoreId, Arc<Store>>,
+    /// Installations' settings, with their store, for `settings.get`.
+    settings: HashMap<InstallationId, (StoreId, Arc<serde_json::Value>)>,
 }
 
 impl AuthCache {
@@ -107,6 +113,56 @@ impl AuthCache {
         let mut state = self.current();
         if state.generation() == read_at {
             remember_installed(&mut state, self.capacity, store, installation);
+        }
+    }
+
+    /// The store record `id`, if it is known and current.
+    pub fn store(&self, id: &StoreId) -> Option<Arc<Store>> {
+        self.current().stores.get(id).cloned()
+    }
+
+    /// Remembers a store record read at generation `read_at`; ignored if the records have
+    /// changed since.
+    pub fn remember_store(&self, store: Arc<Store>, read_at: u64) {
+        let mut state = self.current();
+        if state.generation() == read_at {
+            if !state.stores.contains_key(&store.id) {
+                evict_one(&mut state.stores, self.capacity);
+            }
+            state.stores.insert(store.id.clone(), store);
+        }
+    }
+
+    /// The settings of `installation` of `store`, if they are known and current.
+    pub fn settings(
+        &self,
+        store: &StoreId,
+        installation: &InstallationId,
+    ) -> Option<Arc<serde_json::Value>> {
+        self.current()
+            .settings
+            .get(installation)
+            .filter(|(s, _)| s == store)
+            .map(|(_, settings)| settings.clone())
+    }
+
+    /// Remembers the settings of `installation` of `store`, read at generation `read_at`;
+    /// ignored if the records have changed since.
+    pub fn remember_settings(
+        &self,
+        store: &StoreId,
+        installation: &InstallationId,
+        settings: Arc<serde_json::Value>,
+        read_at: u64,
+    ) {
+        let mut state = self.current();
+        if state.generation() == read_at {
+            if !state.settings.contains_key(installation) {
+                evict_one(&mut state.settings, self.capacity);
+            }
+            state
+                .settings
+                .insert(installation.clone(), (store.clone(), settings));
         }
     }
 
@@ -225,6 +281,58 @@ mod tests {
         assert!(!cache.is_installed(a.store_id(), &a.installation));
         cache.remember_actor([1; 32], &a, cache.generation());
         assert!(cache.actor(&[1; 32]).is_some());
+    }
+
+    #[test]
+    fn stores_and_settings_are_kept_until_a_store_or_installation_changes() {
+        let (db, _dir) = db();
+        let cache = AuthCache::new(db.watch(&WATCHED), 100);
+        let a = actor(1);
+        let store = Arc::new(Store {
+            id: a.store_id().clone(),
+            domain: a.store.domain.clone(),
+            created_at: jiff::Timestamp::now(),
+            rate_limits: RateLimits::default(),
+            quotas: Default::default(),
+        });
+        for key in ["inst/s/i", "store/s"] {
+            let read_at = cache.generation();
+            cache.remember_store(store.clone(), read_at);
+            let settings = Arc::new(serde_json::json!({"threshold": 3}));
+            cache.remember_settings(a.store_id(), &a.installation, settings, read_at);
+            assert_eq!(
+                cache.store(&store.id).map(|s| s.id.clone()),
+                Some(store.id.clone())
+            );
+            assert_eq!(
+                cache.settings(a.store_id(), &a.installation).as_deref(),
+                Some(&serde_json::json!({"threshold": 3}))
+            );
+            db.tx(|tx| tx.write("token/ab", &1)).expect("tx");
+            assert!(
+                cache.store(&store.id).is_none(),
+                "a token changed: all is dropped"
+            );
+            cache.remember_store(store.clone(), cache.generation());
+            db.tx(|tx| tx.write(key, &1)).expect("tx");
+            assert!(cache.store(&store.id).is_none(), "{key} changed");
+            assert!(cache.settings(a.store_id(), &a.installation).is_none());
+        }
+    }
+
+    #[test]
+    fn settings_read_while_they_changed_are_not_remembered_and_belong_to_their_store() {
+        let (db, _dir) = db();
+        let cache = AuthCache::new(db.watch(&WATCHED), 100);
+        let (a, b) = (actor(1), actor(2));
+        let read_at = cache.generation();
+        db.tx(|tx| tx.write("inst/s/i", &1)).expect("tx");
+        let settings = Arc::new(serde_json::json!({}));
+        cache.remember_settings(a.store_id(), &a.installation, settings.clone(), read_at);
+        assert!(cache.settings(a.store_id(), &a.installation).is_none());
+        cache.remember_settings(a.store_id(), &a.installation, settings, cache.generation());
+        assert!(cache.settings(a.store_id(), &a.installation).is_some());
+        assert!(cache.settings(b.store_id(), &a.installation).is_none());
     }
 
     #[test]

@@ -356,11 +356,24 @@ impl Service {
         })
     }
 
-    /// The settings of the actor's own installation.
+    /// The settings of the actor's own installation: from the [`AuthCache`] while the
+    /// installation record is unchanged (a component may read them on every event).
+    ///
+    /// [`AuthCache`]: super::auth_cache::AuthCache
     pub fn own_settings(&self, actor: &super::Actor) -> Result<serde_json::Value> {
-        Ok(self
-            .installation(actor.store_id(), &actor.installation)?
-            .settings)
+        let (store, id) = (actor.store_id(), &actor.installation);
+        if let Some(settings) = self.auth_cache.settings(store, id) {
+            return Ok((*settings).clone());
+        }
+        let read_at = self.auth_cache.generation();
+        let settings = self.installation(store, id)?.settings;
+        self.auth_cache.remember_settings(
+            store,
+            id,
+            std::sync::Arc::new(settings.clone()),
+            read_at,
+        );
+        Ok(settings)
     }
 }
 
