@@ -70,6 +70,54 @@ fn a_failed_transaction_leaves_nothing_and_a_transaction_sees_its_own_writes() {
 }
 
 #[test]
+fn the_last_of_several_writes_of_a_key_in_a_transaction_is_what_commits() {
+    each_backend(|backend, db| {
+        db.tx(|tx| {
+            tx.write("w/a", &1)?;
+            tx.write("w/b", &1)?;
+            tx.write("w/c", &1)
+        })
+        .expect("seed");
+        let seen = db
+            .tx(|tx| {
+                tx.write("w/a", &2)?; // written twice
+                tx.write("w/a", &3)?;
+                tx.remove("w/b")?; // removed, then written again
+                tx.write("w/b", &4)?;
+                tx.write("w/c", &5)?; // written, then removed
+                tx.remove("w/c")?;
+                tx.write("w/d", &6)?; // new, then removed: never there
+                tx.remove("w/d")?;
+                let many: Vec<i32> = (0..100).map(|n| n * 2).collect();
+                for (n, v) in many.iter().enumerate() {
+                    tx.write(&format!("w/many/{n:03}"), v)?;
+                }
+                Ok((
+                    tx.read::<i32>("w/a")?,
+                    tx.read::<i32>("w/b")?,
+                    tx.read::<i32>("w/c")?,
+                    tx.read::<i32>("w/d")?,
+                ))
+            })
+            .expect("tx");
+        assert_eq!(seen, (Some(3), Some(4), None, None), "{backend}");
+        let after: Vec<Option<i32>> = ["w/a", "w/b", "w/c", "w/d"]
+            .iter()
+            .map(|k| db.read::<i32>(k).expect("read"))
+            .collect();
+        assert_eq!(after, vec![Some(3), Some(4), None, None], "{backend}");
+        let many: Vec<(String, i32)> = db.list("w/many/", None, false, 1000).expect("list");
+        assert_eq!(many.len(), 100, "{backend}");
+        assert!(
+            many.iter()
+                .enumerate()
+                .all(|(n, (_, v))| *v == n as i32 * 2),
+            "{backend}"
+        );
+    });
+}
+
+#[test]
 fn concurrent_read_modify_write_transactions_lose_no_update() {
     each_backend(|backend, db| {
         db.tx(|tx| tx.write("counter", &0u64)).expect("init");

@@ -12,6 +12,7 @@
 //! connection (one thread) from `BEGIN` to `COMMIT`. The service layer runs on the blocking pool,
 //! so these waits never hold the async runtime's workers.
 
+use std::collections::HashMap;
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -379,8 +380,9 @@ impl Storage for PgStorage {
                 lease: &mut lease,
                 conflict: false,
                 relaxed: false,
+                pending: HashMap::new(),
             };
-            let ran = f(&mut txn);
+            let ran = f(&mut txn).and_then(|()| txn.write_pending());
             let conflict = txn.conflict;
             let commit = if txn.relaxed {
                 "SET LOCAL synchronous_commit TO OFF; COMMIT"
@@ -552,9 +554,43 @@ struct PgTxn<'a, 'p> {
     conflict: bool,
     /// Whether the commit may return before it is on disk ([`Txn::relax`]).
     relaxed: bool,
+    /// Writes not yet sent, by key (`None`: removed): sent together in one statement before the
+    /// commit, so that a transaction writing many records (a fan-out, a batch of attempts) makes
+    /// one round trip for them instead of one each. A read of a key written here is answered
+    /// from it; a read of any other key cannot see these writes anyway.
+    pending: HashMap<String, Option<String>>,
 }
 
 impl PgTxn<'_, '_> {
+    /// Sends the pending writes: the removals and the upserts, in one statement (their keys
+    /// are distinct, each key being pending once).
+    fn write_pending(&mut self) -> Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let mut removed = Vec::new();
+        let (mut keys, mut values) = (Vec::new(), Vec::new());
+        for (key, value) in self.pending.drain() {
+            match value {
+                Some(value) => {
+                    keys.push(key);
+                    values.push(value);
+                }
+                None => removed.push(key),
+            }
+        }
+        let answer = self.lease.call(move |client| {
+            client.execute(
+                "WITH removed AS (DELETE FROM records WHERE key = ANY($1::text[])) \
+                 INSERT INTO records (key, value) \
+                 SELECT k, v::jsonb FROM unnest($2::text[], $3::text[]) AS w(k, v) \
+                 ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                &[&removed, &keys, &values],
+            )
+        })?;
+        self.answer("writing records", answer).map(|_| ())
+    }
+
     fn answer<T>(
         &mut self,
         what: &str,
@@ -572,6 +608,9 @@ impl PgTxn<'_, '_> {
 impl Txn for PgTxn<'_, '_> {
     fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let key = text(key, "a key")?;
+        if let Some(pending) = self.pending.get(&key) {
+            return Ok(pending.clone().map(String::into_bytes));
+        }
         let answer = self.lease.call(move |client| {
             client.query_opt("SELECT value::text FROM records WHERE key = $1", &[&key])
         })?;
@@ -582,21 +621,14 @@ impl Txn for PgTxn<'_, '_> {
     fn put(&mut self, key: &[u8], value: Vec<u8>) -> Result<()> {
         let key = text(key, "a key")?;
         let value = text(&value, "a record")?;
-        let answer = self.lease.call(move |client| {
-            client.execute(
-                "INSERT INTO records (key, value) VALUES ($1, $2::text::jsonb) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
-                &[&key, &value],
-            )
-        })?;
-        self.answer("writing a record", answer).map(|_| ())
+        self.pending.insert(key, Some(value));
+        Ok(())
     }
 
     fn delete(&mut self, key: &[u8]) -> Result<()> {
         let key = text(key, "a key")?;
-        let answer = self
-            .lease
-            .call(move |client| client.execute("DELETE FROM records WHERE key = $1", &[&key]))?;
-        self.answer("removing a record", answer).map(|_| ())
+        self.pending.insert(key, None);
+        Ok(())
     }
 
     fn relax(&mut self) {
