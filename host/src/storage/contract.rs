@@ -147,6 +147,44 @@ fn concurrent_read_modify_write_transactions_lose_no_update() {
 }
 
 #[test]
+fn reads_made_ahead_are_the_transactions_own_and_lose_no_update() {
+    each_backend(|backend, db| {
+        db.tx(|tx| {
+            tx.write("ahead/counter", &0u64)?;
+            tx.write("ahead/other", &7u64)
+        })
+        .expect("init");
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let db = db.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..25 {
+                        db.tx(|tx| {
+                            tx.prefetch(["ahead/counter", "ahead/other", "ahead/missing"])?;
+                            let n: u64 = tx.read("ahead/counter")?.unwrap_or(0);
+                            assert_eq!(tx.read::<u64>("ahead/other")?, Some(7));
+                            assert_eq!(tx.read::<u64>("ahead/missing")?, None);
+                            tx.write("ahead/counter", &(n + 1))?;
+                            assert_eq!(tx.read::<u64>("ahead/counter")?, Some(n + 1));
+                            Ok(())
+                        })
+                        .expect("increment");
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("thread");
+        }
+        assert_eq!(
+            db.read::<u64>("ahead/counter").expect("read"),
+            Some(100),
+            "{backend}: an update was lost"
+        );
+    });
+}
+
+#[test]
 fn concurrent_updates_of_a_key_lose_none_and_an_error_changes_nothing() {
     each_backend(|backend, db| {
         // The first updates of a missing key race too: exactly one of them sees `None`.

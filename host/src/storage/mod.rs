@@ -96,6 +96,14 @@ pub trait Txn {
     /// Removes `key`.
     fn delete(&mut self, key: &[u8]) -> Result<()>;
 
+    /// Reads `keys` ahead, in one go where the backend can, for the [`Txn::get`]s of them that
+    /// follow: a hint that changes nothing but the number of round trips (PostgreSQL; sled reads
+    /// locally, and ignores it).
+    fn prefetch(&mut self, keys: &[&[u8]]) -> Result<()> {
+        let _ = keys;
+        Ok(())
+    }
+
     /// This transaction's commit need not wait until it is on disk: a crash may lose it, with
     /// the transactions committed after it and never one before (PostgreSQL's asynchronous
     /// commit). For the engine's bookkeeping, like [`Db::tx_relaxed`]; sled flushes only when
@@ -690,6 +698,13 @@ impl Tx<'_> {
             .get(key.as_bytes())?
             .map(|v| decode(key, &v))
             .transpose()
+    }
+
+    /// Reads the records at `keys` ahead, for the reads of them that follow in this transaction
+    /// (one round trip for all of them where hosts share PostgreSQL; nothing on sled).
+    pub fn prefetch<'k>(&mut self, keys: impl IntoIterator<Item = &'k str>) -> Result<()> {
+        let keys: Vec<&[u8]> = keys.into_iter().map(str::as_bytes).collect();
+        self.inner.prefetch(&keys)
     }
 
     /// Encodes and writes `value` at `key`.

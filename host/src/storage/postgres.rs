@@ -381,6 +381,7 @@ impl Storage for PgStorage {
                 conflict: false,
                 relaxed: false,
                 pending: HashMap::new(),
+                read: HashMap::new(),
             };
             let ran = f(&mut txn).and_then(|()| txn.write_pending());
             let conflict = txn.conflict;
@@ -559,6 +560,9 @@ struct PgTxn<'a, 'p> {
     /// one round trip for them instead of one each. A read of a key written here is answered
     /// from it; a read of any other key cannot see these writes anyway.
     pending: HashMap<String, Option<String>>,
+    /// Records read so far (`None`: no record), by key: read again, a key is answered from here
+    /// (the transaction's snapshot would give the same answer). Filled by [`Txn::prefetch`] too.
+    read: HashMap<String, Option<String>>,
 }
 
 impl PgTxn<'_, '_> {
@@ -608,14 +612,47 @@ impl PgTxn<'_, '_> {
 impl Txn for PgTxn<'_, '_> {
     fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let key = text(key, "a key")?;
-        if let Some(pending) = self.pending.get(&key) {
-            return Ok(pending.clone().map(String::into_bytes));
+        if let Some(known) = self.pending.get(&key).or_else(|| self.read.get(&key)) {
+            return Ok(known.clone().map(String::into_bytes));
         }
+        let asked = key.clone();
         let answer = self.lease.call(move |client| {
-            client.query_opt("SELECT value::text FROM records WHERE key = $1", &[&key])
+            client.query_opt("SELECT value::text FROM records WHERE key = $1", &[&asked])
         })?;
-        let row = self.answer("reading a record", answer)?;
-        Ok(row.map(|r| r.get::<_, String>(0).into_bytes()))
+        let value = self
+            .answer("reading a record", answer)?
+            .map(|r| r.get::<_, String>(0));
+        self.read.insert(key, value.clone());
+        Ok(value.map(String::into_bytes))
+    }
+
+    fn prefetch(&mut self, keys: &[&[u8]]) -> Result<()> {
+        let mut wanted = Vec::with_capacity(keys.len());
+        for key in keys {
+            let key = text(key, "a key")?;
+            if !self.pending.contains_key(&key) && !self.read.contains_key(&key) {
+                wanted.push(key);
+            }
+        }
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let asked = wanted.clone();
+        let answer = self.lease.call(move |client| {
+            client.query(
+                "SELECT key, value::text FROM records WHERE key = ANY($1::text[])",
+                &[&asked],
+            )
+        })?;
+        let rows = self.answer("reading records", answer)?;
+        for key in wanted {
+            self.read.insert(key, None);
+        }
+        for row in rows {
+            self.read
+                .insert(row.get::<_, String>(0), Some(row.get::<_, String>(1)));
+        }
+        Ok(())
     }
 
     fn put(&mut self, key: &[u8], value: Vec<u8>) -> Result<()> {

@@ -121,6 +121,14 @@ pub fn candidates(service: &Service, store: &StoreId, event: &Event) -> Result<V
     Ok(subscriptions)
 }
 
+/// The key of the record a target is: its subscription, or its installation.
+pub fn record_key(store: &StoreId, target: &TargetRef) -> String {
+    match target {
+        TargetRef::Webhook(id) => Subscription::key(store, id),
+        TargetRef::Component(id) => Installation::key(store, id),
+    }
+}
+
 /// Inside a transaction: `None` when the target is gone or no longer wants `event`, else whether
 /// it is active.
 pub fn wants_in_tx(
@@ -129,15 +137,16 @@ pub fn wants_in_tx(
     target: &TargetRef,
     event: &Event,
 ) -> Result<Option<bool>> {
+    let key = record_key(store, target);
     Ok(match target {
-        TargetRef::Webhook(id) => tx
-            .read::<Subscription>(&Subscription::key(store, id))?
+        TargetRef::Webhook(_) => tx
+            .read::<Subscription>(&key)?
             .filter(|sub| {
                 sub.events.contains(&event.kind()) && concerns(event, &sub.installation_id)
             })
             .map(|sub| sub.status == WebhookStatus::Active),
-        TargetRef::Component(id) => tx
-            .read::<Installation>(&Installation::key(store, id))?
+        TargetRef::Component(_) => tx
+            .read::<Installation>(&key)?
             .filter(|i| component_takes(i, event))
             .map(|i| i.component_paused_at.is_none()),
     })
