@@ -117,27 +117,35 @@ fn the_last_of_several_writes_of_a_key_in_a_transaction_is_what_commits() {
     });
 }
 
+/// Runs the transaction `f` 25 times in each of four threads at once.
+fn four_threads_25_times(
+    db: &Db,
+    f: impl Fn(&mut super::Tx<'_>) -> crate::model::error::Result<()> + Send + Sync + 'static,
+) {
+    let f = Arc::new(f);
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (db, f) = (db.clone(), f.clone());
+            std::thread::spawn(move || {
+                for _ in 0..25 {
+                    db.tx(|tx| f(tx)).expect("a transaction");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("thread");
+    }
+}
+
 #[test]
 fn concurrent_read_modify_write_transactions_lose_no_update() {
     each_backend(|backend, db| {
         db.tx(|tx| tx.write("counter", &0u64)).expect("init");
-        let threads: Vec<_> = (0..4)
-            .map(|_| {
-                let db = db.clone();
-                std::thread::spawn(move || {
-                    for _ in 0..25 {
-                        db.tx(|tx| {
-                            let n: u64 = tx.read("counter")?.unwrap_or(0);
-                            tx.write("counter", &(n + 1))
-                        })
-                        .expect("increment");
-                    }
-                })
-            })
-            .collect();
-        for t in threads {
-            t.join().expect("thread");
-        }
+        four_threads_25_times(&db, |tx| {
+            let n: u64 = tx.read("counter")?.unwrap_or(0);
+            tx.write("counter", &(n + 1))
+        });
         assert_eq!(
             db.read::<u64>("counter").expect("read"),
             Some(100),
@@ -154,28 +162,15 @@ fn reads_made_ahead_are_the_transactions_own_and_lose_no_update() {
             tx.write("ahead/other", &7u64)
         })
         .expect("init");
-        let threads: Vec<_> = (0..4)
-            .map(|_| {
-                let db = db.clone();
-                std::thread::spawn(move || {
-                    for _ in 0..25 {
-                        db.tx(|tx| {
-                            tx.prefetch(["ahead/counter", "ahead/other", "ahead/missing"])?;
-                            let n: u64 = tx.read("ahead/counter")?.unwrap_or(0);
-                            assert_eq!(tx.read::<u64>("ahead/other")?, Some(7));
-                            assert_eq!(tx.read::<u64>("ahead/missing")?, None);
-                            tx.write("ahead/counter", &(n + 1))?;
-                            assert_eq!(tx.read::<u64>("ahead/counter")?, Some(n + 1));
-                            Ok(())
-                        })
-                        .expect("increment");
-                    }
-                })
-            })
-            .collect();
-        for t in threads {
-            t.join().expect("thread");
-        }
+        four_threads_25_times(&db, |tx| {
+            tx.prefetch(["ahead/counter", "ahead/other", "ahead/missing"])?;
+            let n: u64 = tx.read("ahead/counter")?.unwrap_or(0);
+            assert_eq!(tx.read::<u64>("ahead/other")?, Some(7));
+            assert_eq!(tx.read::<u64>("ahead/missing")?, None);
+            tx.write("ahead/counter", &(n + 1))?;
+            assert_eq!(tx.read::<u64>("ahead/counter")?, Some(n + 1));
+            Ok(())
+        });
         assert_eq!(
             db.read::<u64>("ahead/counter").expect("read"),
             Some(100),
