@@ -163,6 +163,17 @@ pub struct Holder {
     pub boot: String,
 }
 
+impl Holder {
+    /// A number of this boot of this host, the same at every call, spread over `u64` (for work
+    /// that hosts divide among themselves without asking each other).
+    pub fn spread(&self) -> usize {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        (&self.host, &self.boot).hash(&mut hasher);
+        hasher.finish() as usize
+    }
+}
+
 /// A host's claim on one attempt of a piece of work (hosts sharing the storage only), so that
 /// one host makes it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -47,7 +47,16 @@ const FAN_OUT_PER_TX: usize = 32;
 pub fn fan_out(service: &Service, now: Timestamp, limit: usize) -> Result<usize> {
     let db = &service.db;
     let batch: Vec<(String, OutboxEntry)> = db.list(OUTBOX_PREFIX, None, false, limit)?;
-    for chunk in batch.chunks(FAN_OUT_PER_TX) {
+    let chunks: Vec<&[(String, OutboxEntry)]> = batch.chunks(FAN_OUT_PER_TX).collect();
+    // Hosts sharing the database list the same entries: each starts at a chunk of its own, so
+    // that two hosts do not both fan out the first chunk (one would lose the conflict and
+    // repeat its transaction) but each a different part of the burst.
+    let start = if db.is_shared() && !chunks.is_empty() {
+        service.holder.spread() % chunks.len()
+    } else {
+        0
+    };
+    for &chunk in chunks[start..].iter().chain(&chunks[..start]) {
         let mut prepared = Vec::with_capacity(chunk.len());
         for (key, entry) in chunk {
             let event: Option<Event> = db.read(&event_key(&entry.store_id, &entry.event_id))?;
