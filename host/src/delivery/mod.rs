@@ -734,30 +734,34 @@ impl Shared {
                 return Ok(None);
             };
             let unsent = match target::load(service, &entry.store_id, &entry.target, &event)? {
-                TargetState::Active(target) => return Ok(Some((event, target))),
+                TargetState::Active(target) => {
+                    // What the event may show the target's installation (read here, on the
+                    // blocking pool, with the target).
+                    let scopes: std::collections::BTreeSet<_> = match &target {
+                        Target::Webhook(sub) => service
+                            .targets
+                            .of(db, &sub.store_id)?
+                            .installation(&sub.installation_id)?
+                            .map(|i| i.scopes.into_iter().collect())
+                            .unwrap_or_default(),
+                        Target::Component(c) => c.installation.scopes.iter().copied().collect(),
+                    };
+                    return Ok(Some((event, target, scopes)));
+                }
                 TargetState::Paused => "the target was paused",
                 TargetState::Gone => "the target was removed",
             };
             queue::fail_unsent(db, due_key, entry, unsent)?;
             Ok::<_, Error>(None)
         })?;
-        let Some((event, target)) = loaded else {
+        let Some((event, target, scopes)) = loaded else {
             return Ok(());
         };
+        let event = event.for_scopes(&scopes);
         let started = service.now();
         let wall = std::time::Instant::now();
         let outcome = match &target {
             Target::Webhook(sub) => {
-                let installation = off_workers(service, || {
-                    service
-                        .targets
-                        .of(db, &sub.store_id)?
-                        .installation(&sub.installation_id)
-                })?;
-                let scopes = installation
-                    .map(|i| i.scopes.into_iter().collect())
-                    .unwrap_or_default();
-                let event = event.for_scopes(&scopes);
                 let signing = webhook::Signing {
                     secret: &sub.secret,
                     previous_secret: sub.previous_secret_at(started),
@@ -770,8 +774,6 @@ impl Shared {
                     installation: component.installation.id.clone(),
                     depth: delivery.cause_depth.saturating_add(1),
                 };
-                let scopes = component.installation.scopes.iter().copied().collect();
-                let event = event.for_scopes(&scopes);
                 self.run_component(component, &event, cause, started).await
             }
         };
