@@ -95,6 +95,10 @@ pub async fn serve(
         let signal_tx = signal_tx.clone();
         let close_rx = close_rx.clone();
         tokio::spawn(async move {
+            // Declared first, so dropped last: the connection (and the app state it holds, with
+            // the storage) is gone before `serve` can see this receiver go and return. A host
+            // stopped has then let go of its storage (sled's folder lock with it).
+            let _close = close_rx;
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
                 .timer(TokioTimer::new())
@@ -114,7 +118,6 @@ pub async fn serve(
                     () = &mut stopping => conn.as_mut().graceful_shutdown(),
                 }
             }
-            drop(close_rx);
         });
     }
     drop(close_rx);
