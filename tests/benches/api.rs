@@ -1,7 +1,8 @@
 //! Inbound API throughput and latency over loopback: `GET /v1/orders/{id}` and `POST /v1/orders`
 //! on the real host (sled on disk, durable writes), beside a bare axum handler in the same run.
 //!
-//! `cargo bench -p commerce-host-tests --bench api` (env `BENCH_SECS`; `BENCH_CONCURRENCY`, the
+//! `cargo bench -p commerce-host-tests --bench api` (env `BENCH_SECS`; `BENCH_WARMUP_SECS`, the
+//! unmeasured load before each figure, 1 by default; `BENCH_CONCURRENCY`, the
 //! clients of the GETs, 16 by default; `BENCH_POST_CONCURRENCY`, the clients of the POSTs, 64 by
 //! default). The figures are also written to `target/bench/api.json`. With `BENCH_DATABASE_URL`
 //! (a PostgreSQL server; the run makes a fresh database on it) the durable run is repeated on
@@ -69,7 +70,27 @@ impl Run {
     }
 }
 
+/// Drives `make` from `concurrency` clients for `secs` seconds, after a warm-up of
+/// `BENCH_WARMUP_SECS` (1 s by default) under the same load that is not measured: the first
+/// seconds of a freshly started host (its allocator growing, its caches filling, connections being
+/// opened) cost more CPU per request than the rest, and only the first endpoint measured would
+/// pay for them.
 async fn drive<F, Fut>(name: &'static str, concurrency: usize, secs: u64, make: F) -> Run
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = u16> + Send,
+{
+    let warmup: u64 = std::env::var("BENCH_WARMUP_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    if warmup > 0 {
+        measure(name, concurrency, warmup, make.clone()).await;
+    }
+    measure(name, concurrency, secs, make).await
+}
+
+async fn measure<F, Fut>(name: &'static str, concurrency: usize, secs: u64, make: F) -> Run
 where
     F: Fn() -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = u16> + Send,
