@@ -87,10 +87,7 @@ impl AuthCache {
         if state.generation() != read_at {
             return;
         }
-        if !state.tokens.contains_key(&hash) {
-            evict_one(&mut state.tokens, self.capacity);
-        }
-        state.tokens.insert(hash, actor.clone());
+        insert_bounded(&mut state.tokens, self.capacity, hash, actor.clone());
         remember_installed(
             &mut state,
             self.capacity,
@@ -126,10 +123,7 @@ impl AuthCache {
     pub fn remember_store(&self, store: Arc<Store>, read_at: u64) {
         let mut state = self.current();
         if state.generation() == read_at {
-            if !state.stores.contains_key(&store.id) {
-                evict_one(&mut state.stores, self.capacity);
-            }
-            state.stores.insert(store.id.clone(), store);
+            insert_bounded(&mut state.stores, self.capacity, store.id.clone(), store);
         }
     }
 
@@ -157,12 +151,13 @@ impl AuthCache {
     ) {
         let mut state = self.current();
         if state.generation() == read_at {
-            if !state.settings.contains_key(installation) {
-                evict_one(&mut state.settings, self.capacity);
-            }
-            state
-                .settings
-                .insert(installation.clone(), (store.clone(), settings));
+            let entry = (store.clone(), settings);
+            insert_bounded(
+                &mut state.settings,
+                self.capacity,
+                installation.clone(),
+                entry,
+            );
         }
     }
 
@@ -184,18 +179,30 @@ fn remember_installed(
     installation: &InstallationId,
 ) {
     if !state.installed.contains_key(installation) {
-        evict_one(&mut state.installed, capacity);
-        state.installed.insert(installation.clone(), store.clone());
+        insert_bounded(
+            &mut state.installed,
+            capacity,
+            installation.clone(),
+            store.clone(),
+        );
     }
 }
 
-/// Makes room for one more entry in a full map by dropping any one of its entries.
-fn evict_one<K: Clone + Eq + std::hash::Hash, V>(map: &mut HashMap<K, V>, capacity: usize) {
+/// Inserts into a map of at most `capacity` entries: a new key in a full map first drops any one
+/// of its entries.
+fn insert_bounded<K: Clone + Eq + std::hash::Hash, V>(
+    map: &mut HashMap<K, V>,
+    capacity: usize,
+    key: K,
+    value: V,
+) {
     if map.len() >= capacity
-        && let Some(key) = map.keys().next().cloned()
+        && !map.contains_key(&key)
+        && let Some(old) = map.keys().next().cloned()
     {
-        map.remove(&key);
+        map.remove(&old);
     }
+    map.insert(key, value);
 }
 
 #[cfg(test)]

@@ -96,9 +96,14 @@ pub trait Txn {
     /// Removes `key`.
     fn delete(&mut self, key: &[u8]) -> Result<()>;
 
-    /// Reads `keys` ahead, in one go where the backend can, for the [`Txn::get`]s of them that
-    /// follow: a hint that changes nothing but the number of round trips (PostgreSQL; sled reads
-    /// locally, and ignores it).
+    /// Whether reading keys ahead ([`Txn::prefetch`]) saves anything here: PostgreSQL, where
+    /// each read is a round trip; not sled, which reads locally.
+    fn prefetches(&self) -> bool {
+        false
+    }
+
+    /// Reads `keys` ahead, in one go, for the [`Txn::get`]s of them that follow: a hint that
+    /// changes nothing but the number of round trips. Asked only where [`Txn::prefetches`].
     fn prefetch(&mut self, keys: &[&[u8]]) -> Result<()> {
         let _ = keys;
         Ok(())
@@ -701,9 +706,14 @@ impl Tx<'_> {
     }
 
     /// Reads the records at `keys` ahead, for the reads of them that follow in this transaction
-    /// (one round trip for all of them where hosts share PostgreSQL; nothing on sled).
-    pub fn prefetch<'k>(&mut self, keys: impl IntoIterator<Item = &'k str>) -> Result<()> {
-        let keys: Vec<&[u8]> = keys.into_iter().map(str::as_bytes).collect();
+    /// (one round trip for all of them where hosts share PostgreSQL). Where it would save nothing
+    /// (sled), `keys` is not even iterated: callers may build the keys lazily.
+    pub fn prefetch<K: AsRef<str>>(&mut self, keys: impl IntoIterator<Item = K>) -> Result<()> {
+        if !self.inner.prefetches() {
+            return Ok(());
+        }
+        let keys: Vec<K> = keys.into_iter().collect();
+        let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_ref().as_bytes()).collect();
         self.inner.prefetch(&keys)
     }
 

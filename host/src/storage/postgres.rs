@@ -626,6 +626,10 @@ impl Txn for PgTxn<'_, '_> {
         Ok(value.map(String::into_bytes))
     }
 
+    fn prefetches(&self) -> bool {
+        true
+    }
+
     fn prefetch(&mut self, keys: &[&[u8]]) -> Result<()> {
         let mut wanted = Vec::with_capacity(keys.len());
         for key in keys {

@@ -68,16 +68,13 @@ pub fn fan_out(service: &Service, now: Timestamp, limit: usize) -> Result<usize>
         }
         let fanned = db.tx_relaxed(|tx| {
             // What the entries below read, in one round trip where hosts share PostgreSQL.
-            let targets: Vec<String> = prepared
-                .iter()
-                .flat_map(|(_, entry, _, candidates)| {
-                    candidates
-                        .iter()
-                        .map(|c| target::record_key(&entry.store_id, c))
-                })
-                .collect();
-            let outbox = prepared.iter().map(|(key, ..)| key.as_str());
-            tx.prefetch(outbox.chain(targets.iter().map(String::as_str)))?;
+            let outbox = prepared.iter().map(|(key, ..)| key.to_string());
+            let targets = prepared.iter().flat_map(|(_, entry, _, candidates)| {
+                candidates
+                    .iter()
+                    .map(|c| target::record_key(&entry.store_id, c))
+            });
+            tx.prefetch(outbox.chain(targets))?;
             prepared
                 .iter()
                 .map(|(key, entry, event, candidates)| {
@@ -166,12 +163,12 @@ pub fn claim_many(
     let db = &service.db;
     if db.is_shared() {
         let now = service.now();
-        let keys: Vec<String> = entries
-            .iter()
-            .map(|(_, e)| delivery_key(&e.store_id, &e.target, &e.event_id))
-            .collect();
         return db.tx_relaxed(|tx| {
-            tx.prefetch(keys.iter().map(String::as_str))?;
+            tx.prefetch(
+                entries
+                    .iter()
+                    .map(|(_, e)| delivery_key(&e.store_id, &e.target, &e.event_id)),
+            )?;
             entries
                 .iter()
                 .map(|(due_key, entry)| claim_in_tx(tx, service, due_key, entry, now))
@@ -274,12 +271,12 @@ impl Service {
     ) -> Result<Vec<Option<Paused>>> {
         let now = self.now();
         let route = self.mail_route;
-        let keys: Vec<String> = batch
-            .iter()
-            .map(|(_, e, _)| delivery_key(&e.store_id, &e.target, &e.event_id))
-            .collect();
         self.db.tx_relaxed(|tx| {
-            tx.prefetch(keys.iter().map(String::as_str))?;
+            tx.prefetch(
+                batch
+                    .iter()
+                    .map(|(_, e, _)| delivery_key(&e.store_id, &e.target, &e.event_id)),
+            )?;
             batch
                 .iter()
                 .map(|(due_key, entry, outcome)| {
