@@ -734,20 +734,7 @@ impl Shared {
                 return Ok(None);
             };
             let unsent = match target::load(service, &entry.store_id, &entry.target, &event)? {
-                TargetState::Active(target) => {
-                    // What the event may show the target's installation (read here, on the
-                    // blocking pool, with the target).
-                    let scopes: std::collections::BTreeSet<_> = match &target {
-                        Target::Webhook(sub) => service
-                            .targets
-                            .of(db, &sub.store_id)?
-                            .installation(&sub.installation_id)?
-                            .map(|i| i.scopes.into_iter().collect())
-                            .unwrap_or_default(),
-                        Target::Component(c) => c.installation.scopes.iter().copied().collect(),
-                    };
-                    return Ok(Some((event, target, scopes)));
-                }
+                TargetState::Active(target, scopes) => return Ok(Some((event, target, scopes))),
                 TargetState::Paused => "the target was paused",
                 TargetState::Gone => "the target was removed",
             };

@@ -11,11 +11,12 @@ use crate::model::error::Result;
 use crate::model::event::Event;
 use crate::model::ids::{InstallationId, StoreId};
 use crate::model::plugin::Plugin;
-use crate::model::scopes::EventType;
+use crate::model::scopes::{EventType, Scope};
 use crate::model::store::{Installation, InstallationStatus};
 use crate::model::webhook::{Subscription, WebhookStatus};
 use crate::service::Service;
 use crate::storage::Tx;
+use std::collections::BTreeSet;
 
 /// An installed component, loaded for an attempt.
 #[derive(Debug, Clone)]
@@ -38,8 +39,9 @@ pub enum Target {
 /// What a target is now.
 #[derive(Debug, Clone)]
 pub enum TargetState {
-    /// It receives deliveries.
-    Active(Target),
+    /// It receives deliveries; with the scopes of its installation, which decide what the event
+    /// may show it.
+    Active(Target, BTreeSet<Scope>),
     /// It is paused: deliveries to it fail without an attempt.
     Paused,
     /// It was deleted (or its installation removed).
@@ -77,7 +79,13 @@ pub fn load(
         TargetRef::Webhook(id) => match targets.subscription(id)? {
             None => TargetState::Gone,
             Some(sub) if sub.status == WebhookStatus::Paused => TargetState::Paused,
-            Some(sub) => TargetState::Active(Target::Webhook(Box::new(sub))),
+            Some(sub) => {
+                let scopes = targets
+                    .installation(&sub.installation_id)?
+                    .map(|i| i.scopes.into_iter().collect())
+                    .unwrap_or_default();
+                TargetState::Active(Target::Webhook(Box::new(sub)), scopes)
+            }
         },
         TargetRef::Component(id) => match targets.installation(id)? {
             Some(i) if component_takes(&i, event) => {
@@ -86,10 +94,14 @@ pub fn load(
                 } else {
                     match targets.plugin_of(&i)? {
                         Some(plugin) => {
-                            TargetState::Active(Target::Component(Box::new(ComponentTarget {
-                                installation: i,
-                                plugin,
-                            })))
+                            let scopes = i.scopes.iter().copied().collect();
+                            TargetState::Active(
+                                Target::Component(Box::new(ComponentTarget {
+                                    installation: i,
+                                    plugin,
+                                })),
+                                scopes,
+                            )
                         }
                         None => TargetState::Gone,
                     }
