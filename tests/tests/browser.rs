@@ -205,32 +205,38 @@ async fn until_shown_once(browser: &Client, what: &str) -> String {
 /// Reads the page's text until it contains `what` (for about 10 s), reloading between reads when
 /// `reload`.
 async fn wait_for_text(browser: &Client, what: &str, reload: bool) -> String {
+    read_until(browser, reload, |text| text.contains(what))
+        .await
+        .unwrap_or_else(|text| panic!("{what:?} never showed:\n{text}"))
+}
+
+/// Reads the page's text, without reloading, until it no longer contains `what` (for about 10 s):
+/// what a form's redirect removes, read once the new page is in.
+async fn until_gone(browser: &Client, what: &str) -> String {
+    read_until(browser, false, |text| !text.contains(what))
+        .await
+        .unwrap_or_else(|text| panic!("{what:?} never went away:\n{text}"))
+}
+
+/// Reads the page's text until `done` says so (about 10 s), reloading between reads when
+/// `reload`; the last text read otherwise.
+async fn read_until(
+    browser: &Client,
+    reload: bool,
+    done: impl Fn(&str) -> bool,
+) -> Result<String, String> {
     let mut text = String::new();
     for _ in 0..100 {
         text = page_text(browser).await;
-        if text.contains(what) {
-            return text;
+        if done(&text) {
+            return Ok(text);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
         if reload {
             browser.refresh().await.expect("reloaded");
         }
     }
-    panic!("{what:?} never showed:\n{text}");
-}
-
-/// Reads the page's text, without reloading, until it no longer contains `what` (for about 10 s):
-/// what a form's redirect removes, read once the new page is in.
-async fn until_gone(browser: &Client, what: &str) -> String {
-    let mut text = String::new();
-    for _ in 0..100 {
-        text = page_text(browser).await;
-        if !text.contains(what) {
-            return text;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("{what:?} never went away:\n{text}");
+    Err(text)
 }
 
 /// Waits until the browser shows a page whose path starts with `prefix` (a form's redirect).
