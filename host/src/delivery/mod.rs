@@ -150,12 +150,24 @@ const RECORDER_GRACE: Duration = Duration::from_secs(10);
 /// Most attempts recorded in one transaction.
 const RECORD_BATCH: usize = 256;
 
+/// How long the recorder holds a batch open for attempts still running (see [`record_attempts`]).
+const RECORD_LINGER: Duration = Duration::from_millis(2);
+
 /// Records attempts in batches, one transaction each: every attempt that finished while the
-/// previous batch was being written goes into the next, so under load a transaction records
-/// many attempts, and alone an attempt is recorded at once. Ends when every sender is gone.
-async fn record_attempts(service: Service, mut pending: mpsc::UnboundedReceiver<Pending>) {
+/// previous batch was being written goes into the next, and while other attempts are still in
+/// flight a batch waits for them a moment ([`RECORD_LINGER`], until all of them are in it), so
+/// under load a transaction records many attempts, and alone an attempt is recorded at once.
+/// (On sled every transaction writes its own buffer to the log file, a system call and a
+/// disk write started: recording attempts one per transaction cost more than the attempts.)
+/// Ends when every sender is gone.
+async fn record_attempts(
+    service: Service,
+    fair: Arc<Fair>,
+    mut pending: mpsc::UnboundedReceiver<Pending>,
+) {
     let mut batch = Vec::with_capacity(RECORD_BATCH);
     while pending.recv_many(&mut batch, RECORD_BATCH).await > 0 {
+        linger(&fair, &mut pending, &mut batch).await;
         let items: Vec<(&str, &DueEntry, &Outcome)> = batch
             .iter()
             .map(|p| (p.due_key.as_str(), &p.entry, &p.outcome))
@@ -176,6 +188,25 @@ async fn record_attempts(service: Service, mut pending: mpsc::UnboundedReceiver<
                     let _ = p.reply.send(one);
                 }
             }
+        }
+    }
+}
+
+/// Lets the attempts still in flight join `batch`, for [`RECORD_LINGER`] at most: returns once
+/// every attempt in flight is in it (each holds its place in the pool until it is recorded), the
+/// batch is full, or the time is up.
+async fn linger(
+    fair: &Fair,
+    pending: &mut mpsc::UnboundedReceiver<Pending>,
+    batch: &mut Vec<Pending>,
+) {
+    let in_flight = || fair.in_flight_in(Kind::Webhook) + fair.in_flight_in(Kind::Component);
+    let deadline = tokio::time::Instant::now() + RECORD_LINGER;
+    while batch.len() < RECORD_BATCH && batch.len() < in_flight() {
+        let room = RECORD_BATCH - batch.len();
+        match tokio::time::timeout_at(deadline, pending.recv_many(batch, room)).await {
+            Ok(0) | Err(_) => return, // Every sender gone, or the time is up.
+            Ok(_) => {}
         }
     }
 }
@@ -227,18 +258,19 @@ impl Engine {
     ) -> Result<Self> {
         let timeouts = Timeouts::new(config.webhook_timeout);
         let (recorder, pending) = mpsc::unbounded_channel();
-        let recording = tokio::spawn(record_attempts(service.clone(), pending));
+        let fair = Fair::new(
+            config.concurrency,
+            config.component_concurrency,
+            MESSAGE_CONCURRENCY,
+        );
+        let recording = tokio::spawn(record_attempts(service.clone(), fair.clone(), pending));
         let shared = Arc::new(Shared {
             http: HttpClient::new(service.network.clone(), timeouts)?,
             mail: HostMail::new(config.smtp_url.as_deref(), &config.mail_from, timeouts.smtp)?,
             plugins,
             wake: service.db.delivery_signal(),
             service,
-            fair: Fair::new(
-                config.concurrency,
-                config.component_concurrency,
-                MESSAGE_CONCURRENCY,
-            ),
+            fair,
             last_sweep: Mutex::new(std::time::Instant::now()),
             owners: Mutex::default(),
             done: Notify::new(),
@@ -885,5 +917,97 @@ impl Shared {
             Err(e) => outcome.error = Some(format!("the component's thread failed: {e}")),
         }
         outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use jiff::Timestamp;
+    use tokio::time::Instant;
+
+    use super::*;
+    use crate::model::ids::{EventId, StoreId, WebhookId};
+
+    /// `n` webhook attempts in flight in `fair`, each of its own target, store and plugin.
+    fn in_flight(fair: &Arc<Fair>, n: usize) -> Vec<fair::Ticket> {
+        (0..n)
+            .map(|i| {
+                let slot = Slot {
+                    kind: Kind::Webhook,
+                    target: format!("whk{i}"),
+                    installation: format!("ins{i}"),
+                    plugin: format!("plugin{i}"),
+                    store: format!("sto{i}"),
+                };
+                fair.try_start(&format!("due{i}"), slot)
+                    .unwrap_or_else(|_| panic!("attempt {i} starts"))
+            })
+            .collect()
+    }
+
+    fn finished() -> Pending {
+        let now = Timestamp::UNIX_EPOCH;
+        Pending {
+            due_key: "due".into(),
+            entry: DueEntry {
+                store_id: StoreId::generate(now),
+                target: TargetRef::Webhook(WebhookId::generate(now)),
+                event_id: EventId::generate(now),
+            },
+            outcome: Outcome::unsent(now, String::new()),
+            reply: oneshot::channel().0,
+        }
+    }
+
+    /// The first attempt to finish, then `later` more, each after its delay in microseconds: sent as the engine's
+    /// attempts send theirs.
+    async fn batch_of(fair: &Arc<Fair>, later: &[u64]) -> (Vec<Pending>, Duration) {
+        let (send, mut receive) = mpsc::unbounded_channel();
+        for &micros in later {
+            let send = send.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_micros(micros)).await;
+                let _ = send.send(finished());
+            });
+        }
+        let _ = send.send(finished());
+        let started = Instant::now();
+        let mut batch = Vec::new();
+        receive.recv_many(&mut batch, RECORD_BATCH).await;
+        linger(fair, &mut receive, &mut batch).await;
+        (batch, started.elapsed())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_attempt_alone_is_recorded_at_once() {
+        let fair = Fair::new(64, 8, 8);
+        let _running = in_flight(&fair, 1);
+        let (batch, waited) = batch_of(&fair, &[]).await;
+        assert_eq!(batch.len(), 1);
+        assert_eq!(waited, Duration::ZERO, "nothing else in flight: no wait");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_waits_for_the_attempts_in_flight_until_all_are_in_it() {
+        let fair = Fair::new(64, 8, 8);
+        let _running = in_flight(&fair, 4);
+        // (tokio's timers tick in milliseconds.)
+        let (batch, waited) = batch_of(&fair, &[0, 1_000, 1_000]).await;
+        assert_eq!(batch.len(), 4, "the three still running joined the first");
+        assert_eq!(
+            waited,
+            Duration::from_millis(1),
+            "recorded once the last was in"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_waits_no_longer_than_the_linger_for_a_slow_attempt() {
+        let fair = Fair::new(64, 8, 8);
+        let _running = in_flight(&fair, 3);
+        // The third is still running after the linger (a slow receiver).
+        let (batch, waited) = batch_of(&fair, &[1_000, 60_000]).await;
+        assert_eq!(batch.len(), 2);
+        assert_eq!(waited, RECORD_LINGER);
     }
 }
