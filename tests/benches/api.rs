@@ -15,6 +15,10 @@ use commerce_host_tests::{ALL_SCOPES, TestHost};
 use reqwest::Method;
 use serde_json::json;
 
+/// The allocator the `commerce-host` binary runs with.
+#[global_allocator]
+static ALLOCATOR: commerce_host::Allocator = commerce_host::Allocator;
+
 struct Run {
     name: &'static str,
     requests: usize,

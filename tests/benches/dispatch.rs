@@ -19,6 +19,10 @@ use commerce_host::service::PageRequest;
 use commerce_host_tests::bench::Figures;
 use commerce_host_tests::components::component;
 
+/// The allocator the `commerce-host` binary runs with.
+#[global_allocator]
+static ALLOCATOR: commerce_host::Allocator = commerce_host::Allocator;
+
 const ADMIN_TOKEN: &str = "bench-admin-token-0123456789";
 /// Set in the child process that measures a restart: the data folder to serve.
 const RESTART_DIR: &str = "DISPATCH_RESTART_DIR";

@@ -27,6 +27,10 @@ use commerce_host::model::store::Store;
 use commerce_host::model::webhook::NewWebhook;
 use commerce_host::service::Service;
 
+/// The allocator the `commerce-host` binary runs with.
+#[global_allocator]
+static ALLOCATOR: commerce_host::Allocator = commerce_host::Allocator;
+
 #[derive(Default)]
 struct Arrivals {
     /// (event id, path) → when its first request arrived.
