@@ -959,8 +959,8 @@ mod tests {
         }
     }
 
-    /// The first attempt to finish, then `later` more, each after its delay in microseconds: sent as the engine's
-    /// attempts send theirs.
+    /// The first attempt to finish, then `later` more, each after its delay in microseconds:
+    /// sent to the recorder as the engine's attempts send theirs.
     async fn batch_of(fair: &Arc<Fair>, later: &[u64]) -> (Vec<Pending>, Duration) {
         let (send, mut receive) = mpsc::unbounded_channel();
         for &micros in later {
