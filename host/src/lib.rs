@@ -8,7 +8,7 @@
 /// in the benches): jemalloc rather than the system's. The engine and the API allocate many
 /// small, short-lived buffers from several threads, where glibc's malloc took a tenth of a busy
 /// host's time (the fan-out bench: 8,900–9,800 → 12,300–13,200 deliveries/s; `GET
-/// /v1/orders/{id}` 65 → 40–47 µs of CPU per request), at about the same memory (84–90 MiB with
+/// /v1/orders/{id}` 65 → 40–47 µs of CPU per request), at about the same memory (84–87 MiB with
 /// 1,000 plugins; mimalloc, as fast, kept 180 MiB).
 pub use tikv_jemallocator::Jemalloc as Allocator;
 
