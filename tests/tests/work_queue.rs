@@ -1,7 +1,7 @@
 //! The one work queue: a paused target's notice is queued with the pause and survives a `kill -9`
 //! of the real binary right after the pause commits; a notice that finds the SMTP server down is
-//! retried until it is sent; and work queued by an earlier version (`due/`, `msgq/`) is still done
-//! after an upgrade.
+//! retried until it is sent; work queued by an earlier version (`due/`, `msgq/`) is still done
+//! after an upgrade; and leftover entries ahead of real work never hold it up until the next poll.
 
 use std::path::Path;
 use std::process::Child;
@@ -247,13 +247,19 @@ async fn a_pause_notice_that_finds_the_smtp_server_down_is_retried_until_it_is_s
     assert!(sent.get("error").is_none(), "{sent}");
 }
 
+/// The storage of a stopped host's data folder (its PostgreSQL database where the tests run on
+/// one).
+fn open_stopped(data: &Path) -> Db {
+    match commerce_host_tests::test_database(data) {
+        Some(url) => Db::open_postgres(&url, 2, true).expect("open the database"),
+        None => Db::open_sled(&data.join("db"), true).expect("open the data folder"),
+    }
+}
+
 /// Rewrites every work queue entry of the stopped host's data folder in the format of the
 /// queues before the work queue; returns how many.
 fn rewrite_as_legacy_queues(data: &Path) -> usize {
-    let db = match commerce_host_tests::test_database(data) {
-        Some(url) => Db::open_postgres(&url, 2, true).expect("open the database"),
-        None => Db::open_sled(&data.join("db"), true).expect("open the data folder"),
-    };
+    let db = open_stopped(data);
     let entries: Vec<(String, Value)> = db.list("work/", None, false, 100).expect("list");
     db.tx(|tx| {
         for (key, work) in &entries {
@@ -364,4 +370,68 @@ async fn work_queued_by_an_earlier_version_is_still_done_after_the_upgrade() {
         (reply.body["data"][0]["status"] == "succeeded").then_some(())
     })
     .await;
+}
+
+/// Writes `count` leftover queue entries for the webhook `wh` of `store` into the stopped host's
+/// data folder, due at `at`: entries whose delivery is gone (as after a purge, or a replay that
+/// moved the delivery on), which the engine drops when it finds them.
+fn write_leftovers(data: &Path, store: &str, wh: &str, at: jiff::Timestamp, count: usize) {
+    use commerce_host::model::delivery::{DueEntry, TargetRef};
+    use commerce_host::model::ids::EventId;
+    use commerce_host::model::work::Work;
+    let db = open_stopped(data);
+    db.tx(|tx| {
+        for _ in 0..count {
+            let work = Work::Delivery(DueEntry {
+                store_id: store.parse().expect("store id"),
+                target: TargetRef::Webhook(wh.parse().expect("subscription id")),
+                event_id: EventId::generate(at),
+            });
+            tx.enqueue(&work, at)?;
+        }
+        Ok(())
+    })
+    .expect("leftovers written");
+    db.flush().expect("flush");
+}
+
+/// How many webhook entries the stopped host's work queue holds.
+fn webhook_entries(data: &Path) -> usize {
+    let db = open_stopped(data);
+    db.list::<Value>("work/webhook/", None, false, 1000)
+        .expect("list")
+        .len()
+}
+
+#[tokio::test]
+async fn leftover_entries_ahead_of_a_delivery_do_not_hold_it_up_until_the_next_poll() {
+    // The engine polls once an hour: only its own wake-ups can bring the delivery out.
+    let hourly = |config: &mut commerce_host::Config| {
+        config.delivery_poll_interval = Duration::from_secs(3600);
+        config.message_poll_interval = Duration::from_secs(3600);
+    };
+    let mut host = TestHost::start_for_webhooks(hourly).await;
+    let receiver = Receiver::start().await;
+    let (store, _token, wh) = hooked_store(&host, &receiver.url("/hook")).await;
+    host.stop().await;
+    // Far more leftovers of the one subscription than a round starts for one target (8): each
+    // round claims some, finds them gone and drops them, and no attempt of theirs ends to wake
+    // the engine for the next round.
+    let due = commerce_host::model::clock::Clock::now(&host.clock) - SignedDuration::from_secs(1);
+    write_leftovers(&host.data_dir(), &store, &wh, due, 200);
+    let mut host = host
+        .restart_configured(move |config| {
+            config.webhook_allow_networks = vec!["127.0.0.0/8".parse().expect("network")];
+            config.durable_writes = false;
+            hourly(config);
+        })
+        .await;
+    host.fire_customer_created(&store).await;
+    receiver.wait_for("/hook", 1, WAIT).await;
+    host.stop().await;
+    assert_eq!(
+        webhook_entries(&host.data_dir()),
+        0,
+        "the leftovers were dropped, the delivery made"
+    );
 }

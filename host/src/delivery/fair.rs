@@ -9,6 +9,11 @@
 //! while a lone busy plugin can still use half the pool. Each lane of the work queue is read in
 //! due order and an entry over its share waits for a later round.
 //!
+//! A made component invocation gives its place (and its shares) to the next one before its
+//! outcome is recorded, while its queue entry stays in flight until then, so a target's next
+//! invocations run while the last ones are written; the entries waiting for their record are
+//! bounded too (four per place in the pools). A webhook attempt keeps its place until recorded.
+//!
 //! Messages and the host's mail draw from a third pool, bounded ([`MESSAGE_CONCURRENCY`]) but not
 //! shared out: they were never shared between stores, and a merchant's own sender carries them.
 
@@ -165,6 +170,9 @@ impl Pool {
 #[derive(Debug, Default)]
 struct State {
     due_keys: HashSet<String>,
+    /// Queue entries whose work ended (its outcome recorded) since the engine's round began
+    /// ([`Fair::begin_round`]): a read of the queue during the round may still have found them.
+    ended: HashSet<String>,
     webhooks: Counts,
     components: Counts,
     messages: Counts,
@@ -186,8 +194,17 @@ pub struct Fair {
     webhooks: Pool,
     components: Pool,
     messages: Pool,
+    /// Queue entries in flight at most: running, or made and waiting for their outcome to be
+    /// recorded ([`AWAITING_RECORD_FACTOR`] × the pools' places).
+    max_keys: usize,
     state: Mutex<State>,
 }
+
+/// Queue entries in flight, running or waiting to be recorded, per place in the pools: a
+/// made invocation frees its place at once ([`Ticket::finish_attempt`]), so that the next
+/// invocations run while the last ones are recorded, and this bounds how far they may run
+/// ahead of their records.
+const AWAITING_RECORD_FACTOR: usize = 4;
 
 /// Why an attempt did not start.
 #[derive(Debug, PartialEq, Eq)]
@@ -198,30 +215,65 @@ pub enum NotStarted {
     Busy,
 }
 
-/// A running attempt's place; dropping it frees the place.
+/// A running attempt's place and its queue entry; [`Ticket::finish_attempt`] frees the place
+/// (the attempt was made; its outcome waits to be recorded: the engine does so for component
+/// invocations), dropping it frees both.
 #[derive(Debug)]
 pub struct Ticket {
     fair: Arc<Fair>,
     key: String,
     slot: Slot,
-    _permit: OwnedSemaphorePermit,
+    /// The place in the pool, until the attempt is made.
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Ticket {
+    /// Whether the attempt still holds its place in the pool (it was not marked made with
+    /// [`Ticket::finish_attempt`]).
+    pub fn holds_place(&self) -> bool {
+        self.permit.is_some()
+    }
+
+    /// The attempt was made: its place in the pool and its shares go to the next attempt, while
+    /// its queue entry stays in flight (not started again) until the ticket is dropped, once
+    /// the outcome is recorded.
+    pub fn finish_attempt(&mut self) {
+        if let Some(permit) = self.permit.take() {
+            self.fair
+                .lock()
+                .counts(self.slot.kind)
+                .give_back(&self.slot);
+            drop(permit);
+        }
+    }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
         let mut state = self.fair.lock();
-        state.due_keys.remove(&self.key);
-        state.counts(self.slot.kind).give_back(&self.slot);
+        if let Some(key) = state.due_keys.take(&self.key) {
+            state.ended.insert(key);
+        }
+        if self.permit.is_some() {
+            state.counts(self.slot.kind).give_back(&self.slot);
+        }
     }
 }
 
 impl Fair {
     /// Pools of `webhooks` and `components` attempts at once (shared out), and of `messages`.
     pub fn new(webhooks: usize, components: usize, messages: usize) -> Arc<Self> {
+        let (webhooks, components, messages) = (
+            Pool::shared(webhooks),
+            Pool::shared(components),
+            Pool::unshared(messages),
+        );
         Arc::new(Self {
-            webhooks: Pool::shared(webhooks),
-            components: Pool::shared(components),
-            messages: Pool::unshared(messages),
+            max_keys: AWAITING_RECORD_FACTOR
+                .saturating_mul(webhooks.size + components.size + messages.size),
+            webhooks,
+            components,
+            messages,
             state: Mutex::default(),
         })
     }
@@ -239,7 +291,7 @@ impl Fair {
         self.pool(kind).permits.available_permits()
     }
 
-    /// Attempts running in the pool of `kind`.
+    /// Attempts running in the pool of `kind` (made ones, waiting to be recorded, not counted).
     pub fn in_flight_in(&self, kind: Kind) -> usize {
         let pool = self.pool(kind);
         pool.size - pool.permits.available_permits()
@@ -257,14 +309,24 @@ impl Fair {
             .sum()
     }
 
-    /// Attempts running now.
+    /// Queue entries in flight now: attempts running, or made and not recorded yet.
     pub fn in_flight(&self) -> usize {
         self.lock().due_keys.len()
     }
 
-    /// Whether the queue entry at `key` is being worked on.
-    pub fn is_in_flight(&self, key: &str) -> bool {
-        self.lock().due_keys.contains(key)
+    /// A round of the engine begins: it reads the queue from here on, and forgets the entries
+    /// whose work ended before (their outcome was committed, so no read from now on finds them).
+    pub fn begin_round(&self) {
+        self.lock().ended.clear();
+    }
+
+    /// Whether the queue entry at `key`, read in this round, is not to be started: it is being
+    /// worked on, or its work ended during the round (the read found it before its outcome was
+    /// committed, and the work is done). (The entries that end between two rounds are as many
+    /// as were in flight at most.)
+    pub fn is_taken(&self, key: &str) -> bool {
+        let state = self.lock();
+        state.due_keys.contains(key) || state.ended.contains(key)
     }
 
     /// Starts the attempt at queue entry `key` if its pool has room and its shares allow.
@@ -272,6 +334,9 @@ impl Fair {
         let mut state = self.lock();
         if state.due_keys.contains(key) {
             return Err(NotStarted::InFlight);
+        }
+        if state.due_keys.len() >= self.max_keys {
+            return Err(NotStarted::Busy); // Too many outcomes wait to be recorded.
         }
         let pool = self.pool(slot.kind);
         let counts = state.counts(slot.kind);
@@ -295,7 +360,7 @@ impl Fair {
             fair: self.clone(),
             key: key.to_owned(),
             slot,
-            _permit: permit,
+            permit: Some(permit),
         })
     }
 }
@@ -384,6 +449,92 @@ mod tests {
         drop(held);
         assert_eq!(fair.in_flight(), 1, "dropping a ticket frees its place");
         assert_eq!(fair.free(), 127 + MESSAGE_CONCURRENCY);
+    }
+
+    #[test]
+    fn an_entry_whose_work_ended_during_a_round_is_not_started_again_in_it() {
+        let fair = Fair::new(4, 4, 4);
+        let s = slot(Kind::Webhook, "wh", "inst", "plugin", "store");
+        fair.begin_round();
+        let ticket = fair.try_start("due1", s).expect("starts");
+        assert!(fair.is_taken("due1"), "in flight");
+        // Its outcome is recorded (and the ticket dropped) while the round reads the queue,
+        // which may have found the entry before that commit.
+        drop(ticket);
+        assert!(
+            fair.is_taken("due1"),
+            "ended during the round: not started again"
+        );
+        assert!(!fair.is_taken("due2"));
+        fair.begin_round();
+        assert!(
+            !fair.is_taken("due1"),
+            "the next round's reads cannot find it: forgotten"
+        );
+    }
+
+    #[test]
+    fn a_made_attempt_frees_its_place_but_its_entry_stays_in_flight_until_recorded() {
+        let fair = Fair::new(64, 4, 4);
+        let one_target = |n: usize| {
+            let s = slot(Kind::Webhook, "wh", "inst", "plugin", "store");
+            fair.try_start(&format!("due{n}"), s)
+        };
+        let max = MAX_IN_FLIGHT_PER_TARGET;
+        let mut made: Vec<Ticket> = (0..max).map(|n| one_target(n).expect("starts")).collect();
+        assert_eq!(
+            one_target(max).err(),
+            Some(NotStarted::Busy),
+            "the target has all its attempts running"
+        );
+        for ticket in &mut made {
+            ticket.finish_attempt();
+        }
+        assert_eq!(fair.in_flight_in(Kind::Webhook), 0, "made: none running");
+        assert_eq!(fair.free_in(Kind::Webhook), 64);
+        assert_eq!(fair.in_flight(), max, "their entries wait to be recorded");
+        assert_eq!(
+            one_target(0).err(),
+            Some(NotStarted::InFlight),
+            "an entry waiting to be recorded is not started again"
+        );
+        let next = one_target(max).expect("the next attempt takes a freed place");
+        made[0].finish_attempt(); // Twice is once.
+        assert_eq!(fair.in_flight_in(Kind::Webhook), 1);
+        drop(next);
+        drop(made);
+        assert_eq!(fair.in_flight(), 0);
+        assert_eq!(fair.free(), 72);
+    }
+
+    #[test]
+    fn attempts_run_ahead_of_their_records_a_bounded_way() {
+        let fair = Fair::new(2, 1, 1);
+        let mut waiting = Vec::new();
+        let mut n = 0;
+        loop {
+            let s = slot(Kind::Webhook, &format!("wh{n}"), "inst", "plugin", "store");
+            match fair.try_start(&format!("due{n}"), s) {
+                Ok(mut ticket) => {
+                    ticket.finish_attempt();
+                    waiting.push(ticket);
+                }
+                Err(busy) => {
+                    assert_eq!(busy, NotStarted::Busy);
+                    break;
+                }
+            }
+            n += 1;
+        }
+        assert_eq!(waiting.len(), AWAITING_RECORD_FACTOR * (2 + 1 + 1));
+        assert_eq!(
+            fair.free_in(Kind::Webhook),
+            2,
+            "places are free, records are behind"
+        );
+        waiting.pop();
+        let s = slot(Kind::Webhook, "again", "inst", "plugin", "store");
+        assert!(fair.try_start("again", s).is_ok(), "a record made room");
     }
 
     #[test]

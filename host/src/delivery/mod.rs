@@ -127,6 +127,9 @@ struct Pending {
     due_key: String,
     entry: DueEntry,
     outcome: Outcome,
+    /// Whether the attempt still holds its place in the pool until it is recorded (a webhook
+    /// attempt; a made invocation gave its place to the next one, see [`fair::Ticket::finish_attempt`]).
+    holds_place: bool,
     reply: oneshot::Sender<Result<Option<Paused>>>,
 }
 
@@ -154,11 +157,16 @@ const RECORD_BATCH: usize = 256;
 const RECORD_LINGER: Duration = Duration::from_millis(2);
 
 /// Records attempts in batches, one transaction each: every attempt that finished while the
-/// previous batch was being written goes into the next, and while other attempts are still in
-/// flight a batch waits for them a moment ([`RECORD_LINGER`], until all of them are in it), so
+/// previous batch was being written goes into the next, and while other attempts are still
+/// running a batch waits for them a moment ([`RECORD_LINGER`], until all of them are in it), so
 /// under load a transaction records many attempts, and alone an attempt is recorded at once.
 /// (On sled every transaction writes its own buffer to the log file, a system call and a
 /// disk write started: recording attempts one per transaction cost more than the attempts.)
+/// A made invocation gives its place to the next one before it is recorded
+/// ([`fair::Ticket::finish_attempt`]; its queue entry stays in flight until then), so the
+/// next invocations of a target run while the last ones are written; a webhook attempt keeps
+/// its place until it is recorded (letting webhook attempts run ahead of their records made
+/// the signed fan-out slower on a small machine: an engine round per finished request).
 /// Ends when every sender is gone.
 async fn record_attempts(
     service: Service,
@@ -192,17 +200,19 @@ async fn record_attempts(
     }
 }
 
-/// Lets the attempts still in flight join `batch`, for [`RECORD_LINGER`] at most: returns once
-/// every attempt in flight is in it (each holds its place in the pool until it is recorded), the
-/// batch is full, or the time is up.
+/// Lets the attempts still running join `batch`, for [`RECORD_LINGER`] at most: returns once
+/// every attempt that holds a place in the pools is in it (a webhook attempt holds its place
+/// until it is recorded; a made invocation gave its place up before it was sent here, so the
+/// batch waits for the invocations still running), the batch is full, or the time is up.
 async fn linger(
     fair: &Fair,
     pending: &mut mpsc::UnboundedReceiver<Pending>,
     batch: &mut Vec<Pending>,
 ) {
-    let in_flight = || fair.in_flight_in(Kind::Webhook) + fair.in_flight_in(Kind::Component);
+    let places = || fair.in_flight_in(Kind::Webhook) + fair.in_flight_in(Kind::Component);
+    let waiting = |batch: &[Pending]| batch.iter().filter(|p| p.holds_place).count();
     let deadline = tokio::time::Instant::now() + RECORD_LINGER;
-    while batch.len() < RECORD_BATCH && batch.len() < in_flight() {
+    while batch.len() < RECORD_BATCH && waiting(batch) < places() {
         let room = RECORD_BATCH - batch.len();
         match tokio::time::timeout_at(deadline, pending.recv_many(batch, room)).await {
             Ok(0) | Err(_) => return, // Every sender gone, or the time is up.
@@ -459,6 +469,7 @@ impl Shared {
                 SKIP_BUDGET
             }
         };
+        self.fair.begin_round();
         for kind in WorkKind::ALL {
             let lane = &mut lanes.lanes[crate::storage::queue::lane_index(kind)];
             self.refill(kind, now, lane)?;
@@ -491,7 +502,7 @@ impl Shared {
             lane.drained = exhausted;
             for (key, bytes) in batch {
                 lane.cursor = Some(key.clone());
-                if !self.fair.is_in_flight(&key) && lane.ready.insert(key, bytes).is_none() {
+                if !self.fair.is_taken(&key) && lane.ready.insert(key, bytes).is_none() {
                     room -= 1;
                     if room == 0 {
                         return Ok(());
@@ -563,14 +574,21 @@ impl Shared {
             let job = match work {
                 Work::Delivery(entry) => match claims.next().flatten() {
                     Some(delivery) => Job::Attempt(entry, Box::new(delivery)),
-                    None => continue,
+                    None => {
+                        // Its place is free again: the next round takes the entries after it
+                        // (nothing else would wake the engine if no other work is in flight).
+                        drop(ticket);
+                        self.done.notify_one();
+                        continue;
+                    }
                 },
                 Work::Message { .. } => Job::Message,
                 Work::Mail { .. } => Job::Mail,
             };
             let shared = self.clone();
             tasks.spawn(async move {
-                if let Err(e) = shared.run_work(&key, job).await {
+                let mut ticket = ticket;
+                if let Err(e) = shared.run_work(&key, job, &mut ticket).await {
                     tracing::error!(error = %format!("{e:#}"), due = key, "queued work");
                     // Keep it in flight a moment so a persistent error does not spin.
                     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -612,9 +630,9 @@ impl Shared {
     }
 
     /// Runs one entry's work.
-    async fn run_work(&self, key: &str, job: Job) -> Result<()> {
+    async fn run_work(&self, key: &str, job: Job, ticket: &mut fair::Ticket) -> Result<()> {
         match job {
-            Job::Attempt(entry, delivery) => self.attempt(key, &entry, *delivery).await,
+            Job::Attempt(entry, delivery) => self.attempt(key, &entry, *delivery, ticket).await,
             Job::Message => messages::send(&self.service, &self.http, key).await,
             Job::Mail => self.mail.send(&self.service, key).await,
         }
@@ -719,6 +737,7 @@ impl Shared {
         due_key: &str,
         entry: &DueEntry,
         delivery: crate::model::delivery::Delivery,
+        ticket: &mut fair::Ticket,
     ) -> Result<()> {
         let span = tracing::info_span!(
             "delivery.attempt",
@@ -736,7 +755,7 @@ impl Shared {
         if let Some(parent) = &delivery.traceparent {
             crate::telemetry::set_parent(&span, parent);
         }
-        self.attempt_claimed(due_key, entry, delivery, &span)
+        self.attempt_claimed(due_key, entry, delivery, &span, ticket)
             .instrument(span.clone())
             .await
     }
@@ -748,6 +767,7 @@ impl Shared {
         entry: &DueEntry,
         delivery: crate::model::delivery::Delivery,
         span: &tracing::Span,
+        ticket: &mut fair::Ticket,
     ) -> Result<()> {
         let service = &self.service;
         let db = &service.db;
@@ -805,7 +825,14 @@ impl Shared {
         if !succeeded {
             span.record("otel.status_code", "ERROR");
         }
-        let paused = self.record(due_key, entry, outcome).await?;
+        // Made: the next invocation may take its place while this one is recorded.
+        if matches!(target, Target::Component(_)) {
+            ticket.finish_attempt();
+            self.done.notify_one();
+        }
+        let paused = self
+            .record(due_key, entry, outcome, ticket.holds_place())
+            .await?;
         let kind = match &target {
             Target::Webhook(_) => TargetKind::Webhook,
             Target::Component(_) => TargetKind::Component,
@@ -854,12 +881,14 @@ impl Shared {
         due_key: &str,
         entry: &DueEntry,
         outcome: Outcome,
+        holds_place: bool,
     ) -> Result<Option<Paused>> {
         let (reply, recorded) = oneshot::channel();
         let pending = Pending {
             due_key: due_key.to_owned(),
             entry: entry.clone(),
             outcome,
+            holds_place,
             reply,
         };
         let gone = || Error::Internal(anyhow::anyhow!("the attempt recorder stopped"));
@@ -945,7 +974,8 @@ mod tests {
             .collect()
     }
 
-    fn finished() -> Pending {
+    /// A finished attempt as sent to the recorder; `holds_place`: see [`Pending::holds_place`].
+    fn finished(holds_place: bool) -> Pending {
         let now = Timestamp::UNIX_EPOCH;
         Pending {
             due_key: "due".into(),
@@ -955,22 +985,47 @@ mod tests {
                 event_id: EventId::generate(now),
             },
             outcome: Outcome::unsent(now, String::new()),
+            holds_place,
             reply: oneshot::channel().0,
         }
     }
 
-    /// The first attempt to finish, then `later` more, each after its delay in microseconds:
-    /// sent to the recorder as the engine's attempts send theirs.
-    async fn batch_of(fair: &Arc<Fair>, later: &[u64]) -> (Vec<Pending>, Duration) {
+    /// `tickets` running attempts: the first finishes at once, the others each after its delay
+    /// (microseconds; `None`: still running when the test ends), and each is sent to the
+    /// recorder as the engine's attempts are: holding its place until recorded (a webhook
+    /// attempt), or, when `made`, after giving its place to the next one (an invocation).
+    /// Returns the recorder's first batch and how long it waited for it.
+    async fn batch_of(
+        fair: &Arc<Fair>,
+        tickets: Vec<fair::Ticket>,
+        later: &[Option<u64>],
+        made: bool,
+    ) -> (Vec<Pending>, Duration) {
         let (send, mut receive) = mpsc::unbounded_channel();
-        for &micros in later {
+        let mut tickets = tickets.into_iter();
+        let mut first = tickets.next().expect("a first attempt");
+        let mut kept = Vec::new();
+        // Their tickets, kept until the test ends (an entry stays in flight until recorded).
+        let mut made_ones = Vec::new();
+        for (mut ticket, &delay) in tickets.zip(later) {
+            let Some(micros) = delay else {
+                kept.push(ticket);
+                continue;
+            };
             let send = send.clone();
-            tokio::spawn(async move {
+            made_ones.push(tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_micros(micros)).await;
-                let _ = send.send(finished());
-            });
+                if made {
+                    ticket.finish_attempt();
+                }
+                let _ = send.send(finished(ticket.holds_place()));
+                ticket
+            }));
         }
-        let _ = send.send(finished());
+        if made {
+            first.finish_attempt();
+        }
+        let _ = send.send(finished(first.holds_place()));
         let started = Instant::now();
         let mut batch = Vec::new();
         receive.recv_many(&mut batch, RECORD_BATCH).await;
@@ -980,34 +1035,41 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_attempt_alone_is_recorded_at_once() {
-        let fair = Fair::new(64, 8, 8);
-        let _running = in_flight(&fair, 1);
-        let (batch, waited) = batch_of(&fair, &[]).await;
-        assert_eq!(batch.len(), 1);
-        assert_eq!(waited, Duration::ZERO, "nothing else in flight: no wait");
+        for made in [false, true] {
+            let fair = Fair::new(64, 8, 8);
+            let running = in_flight(&fair, 1);
+            let (batch, waited) = batch_of(&fair, running, &[], made).await;
+            assert_eq!(batch.len(), 1);
+            assert_eq!(waited, Duration::ZERO, "nothing else running: no wait");
+        }
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_batch_waits_for_the_attempts_in_flight_until_all_are_in_it() {
-        let fair = Fair::new(64, 8, 8);
-        let _running = in_flight(&fair, 4);
-        // (tokio's timers tick in milliseconds.)
-        let (batch, waited) = batch_of(&fair, &[0, 1_000, 1_000]).await;
-        assert_eq!(batch.len(), 4, "the three still running joined the first");
-        assert_eq!(
-            waited,
-            Duration::from_millis(1),
-            "recorded once the last was in"
-        );
+        for made in [false, true] {
+            let fair = Fair::new(64, 8, 8);
+            let running = in_flight(&fair, 4);
+            // (tokio's timers tick in milliseconds.)
+            let later = [Some(0), Some(1_000), Some(1_000)];
+            let (batch, waited) = batch_of(&fair, running, &later, made).await;
+            assert_eq!(batch.len(), 4, "the three still running joined the first");
+            assert_eq!(
+                waited,
+                Duration::from_millis(1),
+                "recorded once the last was in (made: {made})"
+            );
+        }
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_batch_waits_no_longer_than_the_linger_for_a_slow_attempt() {
-        let fair = Fair::new(64, 8, 8);
-        let _running = in_flight(&fair, 3);
-        // The third is still running after the linger (a slow receiver).
-        let (batch, waited) = batch_of(&fair, &[1_000, 60_000]).await;
-        assert_eq!(batch.len(), 2);
-        assert_eq!(waited, RECORD_LINGER);
+        for made in [false, true] {
+            let fair = Fair::new(64, 8, 8);
+            let running = in_flight(&fair, 3);
+            // The third is still running after the linger (a slow receiver).
+            let (batch, waited) = batch_of(&fair, running, &[Some(1_000), None], made).await;
+            assert_eq!(batch.len(), 2);
+            assert_eq!(waited, RECORD_LINGER);
+        }
     }
 }
