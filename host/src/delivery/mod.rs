@@ -435,7 +435,9 @@ impl Shared {
     ) -> Result<bool> {
         let db = &self.service.db;
         let now = self.service.now();
-        let fanned = queue::fan_out(&self.service, now, BATCH)?;
+        let fanned = queue::fan_out(&self.service, now, BATCH, |event| {
+            self.keep_event(event);
+        })?;
         if now >= *next_purge {
             let purged = queue::purge(db, now, BATCH)?;
             if purged > 0 {
@@ -866,13 +868,20 @@ impl Shared {
         let Some(event) = self.service.stored_event(store, id)? else {
             return Ok(None);
         };
+        Ok(Some(self.keep_event(event)))
+    }
+
+    /// Keeps `event` among the recent ones (see [`Shared::event`]): read for an attempt, or
+    /// just fanned out (its attempts follow).
+    fn keep_event(&self, event: crate::model::event::Event) -> Arc<crate::model::event::Event> {
+        let key = crate::model::event::event_key(&event.store.id, &event.id);
         let event = Arc::new(event);
         let mut events = self.events.lock().unwrap_or_else(|e| e.into_inner());
         if events.len() >= MAX_EVENTS_CACHED {
             events.clear();
         }
         events.insert(key, event.clone());
-        Ok(Some(event))
+        event
     }
 
     /// Records an attempt through the recorder, in the next batch.

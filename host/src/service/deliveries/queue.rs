@@ -43,8 +43,14 @@ const FAN_OUT_PER_TX: usize = 32;
 
 /// Fans out up to `limit` outbox entries, a few per transaction; returns how many it took. Each
 /// committed event is counted in the service's metrics once, when the transaction that removes
-/// its outbox entry commits.
-pub fn fan_out(service: &Service, now: Timestamp, limit: usize) -> Result<usize> {
+/// its outbox entry commits; and each event that went to some target is handed to `fanned_out`
+/// then (the engine keeps it for its attempts, which would otherwise read it again).
+pub fn fan_out(
+    service: &Service,
+    now: Timestamp,
+    limit: usize,
+    mut fanned_out: impl FnMut(Event),
+) -> Result<usize> {
     let db = &service.db;
     let batch: Vec<(String, OutboxEntry)> = db.list(OUTBOX_PREFIX, None, false, limit)?;
     let chunks: Vec<&[(String, OutboxEntry)]> = batch.chunks(FAN_OUT_PER_TX).collect();
@@ -82,9 +88,12 @@ pub fn fan_out(service: &Service, now: Timestamp, limit: usize) -> Result<usize>
                 })
                 .collect::<Result<Vec<bool>>>()
         })?;
-        for ((_, _, event, _), fanned) in prepared.iter().zip(fanned) {
+        for ((_, _, event, candidates), fanned) in prepared.into_iter().zip(fanned) {
             if fanned && let Some(event) = event {
                 service.metrics.event_emitted(event.kind().as_str());
+                if !candidates.is_empty() {
+                    fanned_out(event);
+                }
             }
         }
     }
@@ -518,7 +527,7 @@ pub(crate) mod tests {
         let (service, clock, dir) = with_hooked_plugin();
         let store = service.create_store("acme.example").expect("store");
         service.install(&store.id, "hooked").expect("install");
-        fan_out(&service, service.now(), 10).expect("fan out");
+        fan_out(&service, service.now(), 10, drop).expect("fan out");
         (service, clock, dir)
     }
 
