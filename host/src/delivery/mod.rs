@@ -44,7 +44,7 @@ use crate::model::error::{Error, Result};
 use crate::model::event::Cause;
 use crate::model::work::{Work, WorkKind};
 use crate::service::Service;
-use crate::service::deliveries::queue;
+use crate::service::deliveries::queue::{self, Claimed};
 use crate::service::deliveries::target::{self, Paused, Target, TargetState};
 use crate::service::events::with_cause;
 
@@ -572,17 +572,19 @@ impl Shared {
             })
             .collect();
         let mut claims = self.claim(&deliveries).into_iter();
+        let mut dropped_leftovers = false;
         for (key, work, ticket) in starting {
             let job = match work {
-                Work::Delivery(entry) => match claims.next().flatten() {
-                    Some(delivery) => Job::Attempt(entry, Box::new(delivery)),
-                    None => {
-                        // Its place is free again: the next round takes the entries after it
-                        // (nothing else would wake the engine if no other work is in flight).
-                        drop(ticket);
-                        self.done.notify_one();
+                Work::Delivery(entry) => match claims.next() {
+                    Some(Claimed::Mine(delivery)) => Job::Attempt(entry, delivery),
+                    Some(Claimed::Gone) => {
+                        // A leftover, removed: its place is free again (see below).
+                        dropped_leftovers = true;
                         continue;
                     }
+                    // Another host's, or not claimed now: it stays queued, and is found again
+                    // when that host records it or on the next sweep.
+                    Some(Claimed::Held) | None => continue,
                 },
                 Work::Message { .. } => Job::Message,
                 Work::Mail { .. } => Job::Mail,
@@ -602,16 +604,19 @@ impl Shared {
         for key in started {
             lane.ready.remove(&key);
         }
+        // The round took leftovers in place of work: the next round takes the entries after
+        // them. A finishing attempt wakes the engine for it; with none in flight, nothing
+        // would until the next poll.
+        if dropped_leftovers && self.fair.in_flight() == 0 {
+            self.done.notify_one();
+        }
         Ok(())
     }
 
     /// Claims the round's deliveries together; if that fails, one by one, so that one that cannot
     /// be claimed (it stays queued, and is found again on the next sweep) does not hold up the
     /// others.
-    fn claim(
-        &self,
-        deliveries: &[(&str, &DueEntry)],
-    ) -> Vec<Option<crate::model::delivery::Delivery>> {
+    fn claim(&self, deliveries: &[(&str, &DueEntry)]) -> Vec<Claimed> {
         let service = &self.service;
         match queue::claim_many(service, deliveries) {
             Ok(claimed) => claimed,
@@ -620,10 +625,10 @@ impl Shared {
                 deliveries
                     .iter()
                     .map(|one| match queue::claim_many(service, &[*one]) {
-                        Ok(mut claimed) => claimed.pop().flatten(),
+                        Ok(mut claimed) => claimed.pop().unwrap_or(Claimed::Held),
                         Err(e) => {
                             tracing::error!(error = %format!("{e:#}"), due = one.0, "claiming a delivery");
-                            None
+                            Claimed::Held
                         }
                     })
                     .collect()

@@ -157,18 +157,27 @@ pub fn due_stats(db: &Db, now: Timestamp, limit: usize) -> Result<(usize, std::t
 /// claims back at once.
 pub const CLAIM_LEASE: std::time::Duration = std::time::Duration::from_secs(120);
 
+/// What claiming a queue entry's delivery found (see [`claim_many`]).
+#[derive(Debug)]
+pub enum Claimed {
+    /// The delivery, this host's to attempt.
+    Mine(Box<Delivery>),
+    /// The entry was a leftover (its delivery gone, or moved on by an attempt, a replay or a
+    /// purge): it was removed.
+    Gone,
+    /// Another host's claim on it holds: the entry stays for that host.
+    Held,
+}
+
 /// The deliveries the queue entries `entries` name, in order, each if its entry is still its
 /// current one (else the entry is a leftover and is removed). Where hosts share the database,
 /// each attempt is also claimed for this host for the service's claim lease, all in one
 /// transaction (one engine round claims what it starts together), on the delivery record itself
-/// (`Delivery::claim`, see [`Claim::holds_against`]), so that one host makes the attempt: `None`
-/// while another host's claim holds (the entry stays for it). (A claim record of its own would
+/// (`Delivery::claim`, see [`Claim::holds_against`]), so that one host makes the attempt:
+/// [`Claimed::Held`] while another host's claim holds (the entry stays for it). (A claim record of its own would
 /// put every claim on the same few index pages, where PostgreSQL's serializable transactions
 /// conflict with each other.)
-pub fn claim_many(
-    service: &Service,
-    entries: &[(&str, &DueEntry)],
-) -> Result<Vec<Option<Delivery>>> {
+pub fn claim_many(service: &Service, entries: &[(&str, &DueEntry)]) -> Result<Vec<Claimed>> {
     let db = &service.db;
     if db.is_shared() {
         let now = service.now();
@@ -188,10 +197,10 @@ pub fn claim_many(
     for (due_key, entry) in entries {
         let key = delivery_key(&entry.store_id, &entry.target, &entry.event_id);
         match db.read::<Delivery>(&key)? {
-            Some(d) if is_current(&d, due_key) => out.push(Some(d)),
+            Some(d) if is_current(&d, due_key) => out.push(Claimed::Mine(Box::new(d))),
             _ => {
                 db.tx_relaxed(|tx| tx.remove(due_key))?;
-                out.push(None);
+                out.push(Claimed::Gone);
             }
         }
     }
@@ -205,20 +214,20 @@ fn claim_in_tx(
     due_key: &str,
     entry: &DueEntry,
     now: Timestamp,
-) -> Result<Option<Delivery>> {
+) -> Result<Claimed> {
     let key = delivery_key(&entry.store_id, &entry.target, &entry.event_id);
     let Some(mut d) = tx
         .read::<Delivery>(&key)?
         .filter(|d| is_current(d, due_key))
     else {
         tx.remove(due_key)?;
-        return Ok(None);
+        return Ok(Claimed::Gone);
     };
     if d.claim
         .as_ref()
         .is_some_and(|c| c.holds_against(due_key, &service.holder, now))
     {
-        return Ok(None);
+        return Ok(Claimed::Held);
     }
     d.claim = Some(Claim::new(
         due_key,
@@ -227,7 +236,7 @@ fn claim_in_tx(
         service.claim_lease,
     ));
     tx.write(&key, &d)?;
-    Ok(Some(d))
+    Ok(Claimed::Mine(Box::new(d)))
 }
 
 fn is_current(d: &Delivery, due_key: &str) -> bool {
