@@ -166,7 +166,8 @@ const RECORD_LINGER: Duration = Duration::from_millis(2);
 /// ([`fair::Ticket::finish_attempt`]; its queue entry stays in flight until then), so the
 /// next invocations of a target run while the last ones are written; a webhook attempt keeps
 /// its place until it is recorded (letting webhook attempts run ahead of their records made
-/// the signed fan-out slower on a small machine: an engine round per finished request).
+/// the signed fan-out slower on a 2-core machine, presumably by an engine round per finished
+/// request; see the README's fifth pass).
 /// Ends when every sender is gone.
 async fn record_attempts(
     service: Service,
