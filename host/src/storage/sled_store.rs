@@ -3,6 +3,7 @@
 use std::cell::RefCell;
 use std::ops::Bound;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use sled::transaction::{
     ConflictableTransactionError, TransactionError, TransactionalTree, UnabortableTransactionError,
@@ -18,19 +19,43 @@ pub struct SledStorage {
     tree: sled::Tree,
 }
 
+/// How long opening waits for the folder's lock while it is held: sled's I/O threads keep the
+/// files (and their lock) a moment after the last handle of a closed database is dropped, so a
+/// host restarted in the same process (or a command run right after it) finds it still held.
+/// Another process that holds it keeps it: opening then fails with sled's error.
+const LOCK_WAIT: Duration = Duration::from_secs(2);
+
 impl SledStorage {
-    /// Opens (or creates) the database in `dir`.
+    /// Opens (or creates) the database in `dir`, waiting up to [`LOCK_WAIT`] for its lock.
     pub fn open(dir: &Path) -> Result<Self> {
-        let db = sled::Config::new()
-            .path(dir)
-            .mode(sled::Mode::HighThroughput)
-            .open()
-            .map_err(|e| {
-                Error::Internal(
-                    anyhow::Error::new(e)
-                        .context(format!("opening the database in {}", dir.display())),
-                )
-            })?;
+        Self::open_waiting(dir, LOCK_WAIT)
+    }
+
+    fn open_waiting(dir: &Path, wait: Duration) -> Result<Self> {
+        let started = Instant::now();
+        let db = loop {
+            let opened = sled::Config::new()
+                .path(dir)
+                .mode(sled::Mode::HighThroughput)
+                .open();
+            match opened {
+                // sled tells a held lock only by its message (an `Other` I/O error).
+                Err(sled::Error::Io(e))
+                    if e.to_string().starts_with("could not acquire lock")
+                        && started.elapsed() < wait =>
+                {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                other => {
+                    break other.map_err(|e| {
+                        Error::Internal(
+                            anyhow::Error::new(e)
+                                .context(format!("opening the database in {}", dir.display())),
+                        )
+                    })?;
+                }
+            }
+        };
         let tree = db.open_tree("records")?;
         Ok(Self { db, tree })
     }
@@ -135,5 +160,37 @@ impl Storage for SledStorage {
     fn flush(&self) -> Result<()> {
         self.db.flush()?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opening_waits_for_the_lock_a_closing_handle_still_holds() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let first = SledStorage::open(dir.path()).expect("open");
+        // The first handle goes away a moment later, as a stopped host's files do.
+        let closing = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            drop(first);
+        });
+        let second = SledStorage::open(dir.path()).expect("opened once the lock was free");
+        closing.join().expect("closed");
+        second.tree.insert("k", "v").expect("usable");
+    }
+
+    #[test]
+    fn a_lock_held_past_the_wait_fails_the_open_and_names_the_folder() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let _held = SledStorage::open(dir.path()).expect("open");
+        let started = Instant::now();
+        let err = SledStorage::open_waiting(dir.path(), Duration::from_millis(50))
+            .expect_err("the lock is held");
+        assert!(started.elapsed() >= Duration::from_millis(50), "it waited");
+        let message = format!("{err:#}");
+        assert!(message.contains("opening the database in"), "{message}");
+        assert!(message.contains("lock"), "{message}");
     }
 }
