@@ -157,6 +157,48 @@ async fn an_event_reaches_a_fresh_instance_with_the_installations_identity_and_i
     );
 }
 
+/// The pool keeps a finished instance's memory slot for the next one and resets only the pages
+/// it wrote: nothing of an earlier invocation (its data, its grown heap) may reach a later one.
+#[tokio::test]
+async fn each_invocation_starts_from_the_components_image_whatever_the_last_one_left() {
+    let host = TestHost::start().await;
+    publish_hostile(&host, "forgetful", None).await;
+    let (store, inst) = configure_in_new_store(
+        &host,
+        "forgetful.example",
+        "forgetful",
+        json!({"mode": "remember"}),
+    )
+    .await;
+    // Two more `plugin.configured` events, each to a fresh instance.
+    for n in 1..3 {
+        host.admin(
+            Method::PUT,
+            &format!("/admin/v1/stores/{store}/installations/{inst}/settings"),
+            Some(json!({"settings": {"mode": "remember", "tag": n.to_string()}})),
+        )
+        .await
+        .expect(200);
+    }
+    let path = format!("/admin/v1/stores/{store}/installations/{inst}/attempts");
+    let attempts = host
+        .eventually("three attempts", || async {
+            let page = host.admin(Method::GET, &path, None).await.expect(200);
+            page.body["data"]
+                .as_array()
+                .filter(|a| a.len() == 3)
+                .cloned()
+        })
+        .await;
+    for attempt in attempts {
+        assert_eq!(attempt["succeeded"], true, "{attempt}");
+        assert_eq!(
+            attempt["logs"][0]["message"], "remembered 0 earlier visits; fresh memory clean",
+            "{attempt}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_call_outside_the_granted_scopes_is_forbidden_and_changes_nothing() {
     let host = TestHost::start().await;

@@ -4,7 +4,9 @@
 //! flood), `forbidden` (a write outside its scopes), `peek` (reads the order `order`, which may
 //! belong to another store), `fail` (returns an error), `sleep` (blocks 60 s inside WASI),
 //! `echo` (updates the customer of a customer event, re-triggering itself), `banner` (posts a
-//! banner), anything else (behaves).
+//! banner), `remember` (logs what an earlier invocation left in its memory: a counter in its
+//! data and the contents of freshly grown heap, then leaves its own marks in both), anything
+//! else (behaves).
 
 use commerce_guest_sdk::{
     Error, Event, EventData, Plugin, Result, commerce_plugin, customers, log, notify, orders,
@@ -24,6 +26,10 @@ struct Settings {
     #[serde(default)]
     tag: String,
 }
+
+/// What `remember` counts its visits with: in the component's data, so each fresh instance
+/// starts from the image's value (1000), whatever an earlier instance wrote.
+static VISITS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1000);
 
 #[inline(never)]
 fn recurse(n: u64) -> u64 {
@@ -112,6 +118,20 @@ impl Plugin for Hostile {
                     },
                 )
                 .map(drop)
+            }
+            "remember" => {
+                let earlier = VISITS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) - 1000;
+                // Half a MiB more than the instance starts with: memory grown for this call,
+                // which must read as zeros (the allocator relies on it), then marked.
+                let mut block = vec![0u8; 512 << 10];
+                let clean = std::hint::black_box(&block).iter().all(|b| *b == 0);
+                block.fill(0xAB);
+                std::hint::black_box(&block);
+                log::info(&format!(
+                    "remembered {earlier} earlier visits; fresh memory {}",
+                    if clean { "clean" } else { "dirty" }
+                ));
+                Ok(())
             }
             "banner" => {
                 // Needs no scope; refused once the plugin is uninstalled.

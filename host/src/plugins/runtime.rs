@@ -494,6 +494,23 @@ pub fn classify(e: wasmtime::Error) -> Failure {
     }
 }
 
+/// How much of each linear memory slot stays resident when an instance ends, reset in place for
+/// the next one. With Linux's `PAGEMAP_SCAN` (6.7 and later) only the pages the instance wrote
+/// are reset, by copying the image back or zeroing them, up to this much; a plugin's working set
+/// (a few pages of stack, data and heap) then costs no system call and no page fault on the next
+/// instance. Unmapping them instead (`madvise`) cost a TLB shoot-down on every core the process
+/// ran on, per instance, and page faults on the next one: an invocation took 0.026 ms at the
+/// median then and 0.015 ms now (the dispatch bench, 2-core machine). Without the scan the first
+/// bytes of the slot are reset whether written or not, so little is kept. Warm slots are at most
+/// a quarter of the pool, so this keeps at most a few MiB more resident.
+fn keep_resident() -> usize {
+    if PoolingAllocationConfig::is_pagemap_scan_available() {
+        256 << 10
+    } else {
+        64 << 10
+    }
+}
+
 fn engine_config(rc: &RuntimeConfig) -> Config {
     let n = rc.max_concurrent_instances;
     let mut pool = PoolingAllocationConfig::default();
@@ -508,9 +525,10 @@ fn engine_config(rc: &RuntimeConfig) -> Config {
         .max_memories_per_component(4)
         .max_tables_per_component(8)
         .max_memory_size(rc.max_memory_bytes)
-        // Keep a little of each slot resident so reuse does not page-fault from zero.
-        .linear_memory_keep_resident(64 << 10)
+        // Reset what an instance wrote in place, so reuse neither unmaps nor page-faults.
+        .linear_memory_keep_resident(keep_resident())
         .table_keep_resident(16 << 10)
+        .pagemap_scan(wasmtime::Enabled::Auto)
         .max_unused_warm_slots(n / 4);
 
     let mut config = Config::new();
