@@ -583,14 +583,15 @@ impl Shared {
         starting: Vec<(String, Work, fair::Ticket)>,
         tasks: &mut JoinSet<()>,
     ) {
-        let (deliveries, others): (Vec<_>, Vec<_>) = starting
-            .into_iter()
-            .partition(|(_, work, _)| matches!(work, Work::Delivery(_)));
-        for (key, work, ticket) in others {
+        let mut deliveries = Vec::new();
+        for (key, work, ticket) in starting {
             let job = match work {
+                Work::Delivery(entry) => {
+                    deliveries.push((key, entry, ticket));
+                    continue;
+                }
                 Work::Message { .. } => Job::Message,
                 Work::Mail { .. } => Job::Mail,
-                Work::Delivery(_) => continue, // Partitioned out above.
             };
             tasks.spawn(self.clone().run(key, job, ticket));
         }
@@ -630,22 +631,16 @@ impl Shared {
     /// started: its ticket is dropped here.
     fn claim_round(
         &self,
-        starting: Vec<(String, Work, fair::Ticket)>,
+        starting: Vec<(String, DueEntry, fair::Ticket)>,
     ) -> Vec<(String, Job, fair::Ticket)> {
         let deliveries: Vec<(&str, &DueEntry)> = starting
             .iter()
-            .filter_map(|(key, work, _)| match work {
-                Work::Delivery(entry) => Some((key.as_str(), entry)),
-                Work::Message { .. } | Work::Mail { .. } => None,
-            })
+            .map(|(key, entry, _)| (key.as_str(), entry))
             .collect();
         let mut claims = self.claim(&deliveries).into_iter();
         let mut dropped_leftovers = false;
         let mut jobs = Vec::with_capacity(starting.len());
-        for (key, work, ticket) in starting {
-            let Work::Delivery(entry) = work else {
-                continue; // Not given here (see `start`).
-            };
+        for (key, entry, ticket) in starting {
             match claims.next() {
                 Some(Claimed::Mine(delivery)) => {
                     jobs.push((key, Job::Attempt(entry, delivery), ticket));
