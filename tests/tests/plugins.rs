@@ -43,6 +43,12 @@ async fn configure_in_new_store(
 ) -> (String, String) {
     let store = host.create_store(domain).await;
     let (inst, _) = host.install(&store, plugin).await;
+    configure(host, &store, &inst, settings).await;
+    (store, inst)
+}
+
+/// Sets an installation's settings, which fires the `plugin.configured` event it receives.
+async fn configure(host: &TestHost, store: &str, inst: &str, settings: Value) {
     host.admin(
         Method::PUT,
         &format!("/admin/v1/stores/{store}/installations/{inst}/settings"),
@@ -50,17 +56,27 @@ async fn configure_in_new_store(
     )
     .await
     .expect(200);
-    (store, inst)
+}
+
+/// Waits until the installation has made `count` attempts and returns them (newest first).
+async fn attempts(host: &TestHost, store: &str, inst: &str, count: usize) -> Vec<Value> {
+    let path = format!("/admin/v1/stores/{store}/installations/{inst}/attempts");
+    host.eventually(&format!("{count} attempt(s)"), || async {
+        let page = host.admin(Method::GET, &path, None).await.expect(200);
+        page.body["data"]
+            .as_array()
+            .filter(|a| a.len() == count)
+            .cloned()
+    })
+    .await
 }
 
 /// Waits for the installation's first attempt and returns it.
 async fn first_attempt(host: &TestHost, store: &str, inst: &str) -> Value {
-    let path = format!("/admin/v1/stores/{store}/installations/{inst}/attempts");
-    host.eventually("an attempt", || async {
-        let page = host.admin(Method::GET, &path, None).await.expect(200);
-        page.body["data"].as_array().and_then(|a| a.last().cloned())
-    })
-    .await
+    attempts(host, store, inst, 1)
+        .await
+        .pop()
+        .expect("one attempt")
 }
 
 #[tokio::test]
@@ -172,25 +188,10 @@ async fn each_invocation_starts_from_the_components_image_whatever_the_last_one_
     .await;
     // Two more `plugin.configured` events, each to a fresh instance.
     for n in 1..3 {
-        host.admin(
-            Method::PUT,
-            &format!("/admin/v1/stores/{store}/installations/{inst}/settings"),
-            Some(json!({"settings": {"mode": "remember", "tag": n.to_string()}})),
-        )
-        .await
-        .expect(200);
+        let settings = json!({"mode": "remember", "tag": n.to_string()});
+        configure(&host, &store, &inst, settings).await;
     }
-    let path = format!("/admin/v1/stores/{store}/installations/{inst}/attempts");
-    let attempts = host
-        .eventually("three attempts", || async {
-            let page = host.admin(Method::GET, &path, None).await.expect(200);
-            page.body["data"]
-                .as_array()
-                .filter(|a| a.len() == 3)
-                .cloned()
-        })
-        .await;
-    for attempt in attempts {
+    for attempt in attempts(&host, &store, &inst, 3).await {
         assert_eq!(attempt["succeeded"], true, "{attempt}");
         assert_eq!(
             attempt["logs"][0]["message"], "remembered 0 earlier visits; fresh memory clean",
@@ -300,20 +301,9 @@ async fn each_hostile_behaviour_is_stopped_by_its_limit_while_a_good_plugin_keep
     );
 
     // The host is still serving, and a later event to the good plugin still runs.
-    host.admin(
-        Method::PUT,
-        &format!("/admin/v1/stores/{good_store}/installations/{good}/settings"),
-        Some(json!({"settings": {"mode": "ok", "n": 2}})),
-    )
-    .await
-    .expect(200);
-    let path = format!("/admin/v1/stores/{good_store}/installations/{good}/attempts");
-    host.eventually("a second good attempt", || async {
-        let page = host.admin(Method::GET, &path, None).await.expect(200);
-        let data = page.body["data"].as_array().cloned().unwrap_or_default();
-        (data.len() == 2 && data.iter().all(|a| a["succeeded"] == true)).then_some(())
-    })
-    .await;
+    configure(&host, &good_store, &good, json!({"mode": "ok", "n": 2})).await;
+    let both = attempts(&host, &good_store, &good, 2).await;
+    assert!(both.iter().all(|a| a["succeeded"] == true), "{both:?}");
 }
 
 #[tokio::test]
@@ -378,13 +368,7 @@ async fn a_failed_attempt_is_retried_on_the_webhook_schedule_and_can_be_replayed
     assert_eq!(mail["to"], "dev@hostile.example");
 
     // Fixed and resumed, the failed event is replayed.
-    host.admin(
-        Method::PUT,
-        &format!("/admin/v1/stores/{store}/installations/{inst}/settings"),
-        Some(json!({"settings": {"mode": "ok"}})),
-    )
-    .await
-    .expect(200);
+    configure(&host, &store, &inst, json!({"mode": "ok"})).await;
     let replay = host
         .admin(
             Method::POST,
