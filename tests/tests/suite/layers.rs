@@ -124,7 +124,7 @@ fn every_top_level_module_has_a_layer() {
         .collect();
     assert!(
         unplaced.is_empty(),
-        "place {unplaced:?} in a layer of tests/tests/layers.rs and ARCHITECTURE.md"
+        "place {unplaced:?} in a layer of tests/tests/suite/layers.rs and ARCHITECTURE.md"
     );
 }
 
