@@ -16,7 +16,8 @@
 //! there the targets are read for each use, as they were before the index.
 //!
 //! The fan-out still reads each target again inside its transaction
-//! ([`wants_in_tx`](super::target::wants_in_tx)): the index only tells it which to read.
+//! ([`TargetsRead::wants`](super::target::TargetsRead::wants)): the index only tells it which to
+//! read.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

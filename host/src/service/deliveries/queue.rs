@@ -81,10 +81,11 @@ pub fn fan_out(
                     .map(|c| target::record_key(&entry.store_id, c))
             });
             tx.prefetch(outbox.chain(targets))?;
+            let mut read = target::TargetsRead::default();
             prepared
                 .iter()
                 .map(|(key, entry, event, candidates)| {
-                    fan_out_one(tx, key, entry, event.as_ref(), candidates, now)
+                    fan_out_one(tx, &mut read, key, entry, event.as_ref(), candidates, now)
                 })
                 .collect::<Result<Vec<bool>>>()
         })?;
@@ -105,6 +106,7 @@ pub fn fan_out(
 /// host took it first, or the event expired before it was fanned out).
 fn fan_out_one(
     tx: &mut Tx<'_>,
+    read: &mut target::TargetsRead,
     key: &str,
     entry: &OutboxEntry,
     event: Option<&Event>,
@@ -125,7 +127,7 @@ fn fan_out_one(
         {
             continue; // Loop protection: see `Cause`.
         }
-        let Some(active) = target::wants_in_tx(tx, &event.store.id, target, event)? else {
+        let Some(active) = read.wants(tx, &event.store.id, target, event)? else {
             continue;
         };
         let mut delivery = Delivery::new(event, target, now);
@@ -657,6 +659,92 @@ pub(crate) mod tests {
                 .is_empty(),
             "no retry queued by the stale second attempt"
         );
+    }
+
+    #[test]
+    fn a_target_read_once_in_a_transaction_still_takes_each_event_by_its_own_rules() {
+        // Two plugins installed in one store: each one's manifest webhook takes
+        // `plugin.installed`, which concerns its own installation only.
+        let (service, _clock, _dir) = with_hooked_plugin();
+        let manifest = serde_json::from_value(serde_json::json!({
+            "name": "hooked-too", "version": "1.0.0", "contact_email": "dev@hooked.example",
+            "webhooks": [{"url": "https://1.1.1.1/in", "events": ["plugin.installed"],
+                "secret": "0123456789abcdef"}],
+        }))
+        .expect("manifest");
+        service
+            .publish_plugin(manifest, &BTreeMap::new(), None)
+            .expect("publish");
+        let store = service.create_store("acme.example").expect("store");
+        service.install(&store.id, "hooked").expect("install");
+        service.install(&store.id, "hooked-too").expect("install");
+        let events: Vec<Event> = service
+            .db
+            .list::<OutboxEntry>(OUTBOX_PREFIX, None, false, 10)
+            .expect("outbox")
+            .into_iter()
+            .map(|(_, entry)| {
+                service
+                    .db
+                    .read(&event_key(&entry.store_id, &entry.event_id))
+                    .expect("read")
+                    .expect("event")
+            })
+            .collect();
+        let subs: Vec<Subscription> = service
+            .db
+            .list(&Subscription::store_prefix(&store.id), None, false, 10)
+            .expect("subscriptions")
+            .into_iter()
+            .map(|(_, sub)| sub)
+            .collect();
+        assert_eq!((events.len(), subs.len()), (2, 2));
+        let installed_by = |sub: &Subscription| {
+            events
+                .iter()
+                .position(|e| {
+                    e.data
+                        .installation()
+                        .is_some_and(|i| i.id == sub.installation_id)
+                })
+                .expect("its installation's event")
+        };
+        let wants = |status: WebhookStatus| {
+            service
+                .db
+                .tx(|tx| {
+                    for sub in &subs {
+                        let mut sub = sub.clone();
+                        sub.status = status;
+                        tx.write(&Subscription::key(&store.id, &sub.id), &sub)?;
+                    }
+                    let mut read = target::TargetsRead::default();
+                    let mut seen = Vec::new();
+                    // Every event to every subscription, twice: the second round reads nothing.
+                    for _ in 0..2 {
+                        for sub in &subs {
+                            for event in &events {
+                                seen.push(read.wants(tx, &store.id, &sub.target(), event)?);
+                            }
+                        }
+                    }
+                    Ok(seen)
+                })
+                .expect("tx")
+        };
+        let expected = |active: bool| -> Vec<Option<bool>> {
+            let one: Vec<Option<bool>> = subs
+                .iter()
+                .flat_map(|sub| {
+                    let own = installed_by(sub);
+                    (0..events.len()).map(move |i| (i == own).then_some(active))
+                })
+                .collect();
+            one.iter().chain(&one).copied().collect()
+        };
+        assert_eq!(wants(WebhookStatus::Active), expected(true));
+        // Paused in the transaction before its first read of each: the read it keeps says so.
+        assert_eq!(wants(WebhookStatus::Paused), expected(false));
     }
 
     fn entry_key_of(service: &Service) -> String {

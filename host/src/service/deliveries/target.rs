@@ -16,7 +16,8 @@ use crate::model::store::{Installation, InstallationStatus};
 use crate::model::webhook::{Subscription, WebhookStatus};
 use crate::service::Service;
 use crate::storage::Tx;
-use std::collections::BTreeSet;
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeSet, HashMap};
 
 /// An installed component, loaded for an attempt.
 #[derive(Debug, Clone)]
@@ -113,7 +114,7 @@ pub fn load(
 }
 
 /// The targets in `store` that may want `event`, from the store's targets: the fan-out checks
-/// each again inside its transaction with [`wants_in_tx`].
+/// each again inside its transaction with [`TargetsRead::wants`].
 pub fn candidates(service: &Service, store: &StoreId, event: &Event) -> Result<Vec<TargetRef>> {
     let mut subscriptions = Vec::new();
     let mut components = Vec::new();
@@ -141,27 +142,56 @@ pub fn record_key(store: &StoreId, target: &TargetRef) -> String {
     }
 }
 
-/// Inside a transaction: `None` when the target is gone or no longer wants `event`, else whether
-/// it is active.
-pub fn wants_in_tx(
-    tx: &mut Tx<'_>,
-    store: &StoreId,
-    target: &TargetRef,
-    event: &Event,
-) -> Result<Option<bool>> {
-    let key = record_key(store, target);
-    Ok(match target {
-        TargetRef::Webhook(_) => tx
-            .read::<Subscription>(&key)?
-            .filter(|sub| {
-                sub.events.contains(&event.kind()) && concerns(event, &sub.installation_id)
-            })
-            .map(|sub| sub.status == WebhookStatus::Active),
-        TargetRef::Component(_) => tx
-            .read::<Installation>(&key)?
-            .filter(|i| component_takes(i, event))
-            .map(|i| i.component_paused_at.is_none()),
-    })
+/// The targets one fan-out transaction has read, each read and decoded once: a transaction sees
+/// one version of a record, so a second read of a target (the next event of a burst to the same
+/// subscription) would only decode the same bytes again. Made afresh inside each run of the
+/// transaction's closure (a retried transaction reads again).
+#[derive(Debug, Default)]
+pub struct TargetsRead(HashMap<String, Option<TargetRecord>>);
+
+/// A target's record as a transaction read it.
+#[derive(Debug)]
+enum TargetRecord {
+    Webhook(Subscription),
+    Component(Installation),
+}
+
+impl TargetsRead {
+    /// Inside the transaction `tx`: `None` when the target is gone or no longer wants `event`,
+    /// else whether it is active.
+    pub fn wants(
+        &mut self,
+        tx: &mut Tx<'_>,
+        store: &StoreId,
+        target: &TargetRef,
+        event: &Event,
+    ) -> Result<Option<bool>> {
+        let record = match self.0.entry(record_key(store, target)) {
+            Entry::Occupied(read) => read.into_mut(),
+            Entry::Vacant(unread) => {
+                let record = match target {
+                    TargetRef::Webhook(_) => tx
+                        .read::<Subscription>(unread.key())?
+                        .map(TargetRecord::Webhook),
+                    TargetRef::Component(_) => tx
+                        .read::<Installation>(unread.key())?
+                        .map(TargetRecord::Component),
+                };
+                unread.insert(record)
+            }
+        };
+        Ok(match record {
+            Some(TargetRecord::Webhook(sub))
+                if sub.events.contains(&event.kind()) && concerns(event, &sub.installation_id) =>
+            {
+                Some(sub.status == WebhookStatus::Active)
+            }
+            Some(TargetRecord::Component(i)) if component_takes(i, event) => {
+                Some(i.component_paused_at.is_none())
+            }
+            _ => None,
+        })
+    }
 }
 
 /// Pauses an active target; returns it as paused, for the notice to its owner.
