@@ -520,8 +520,14 @@ pub(crate) mod tests {
         };
         let service =
             Service::with_options(db, Arc::new(clock.clone()), "admin", options).expect("service");
+        publish_hooked(&service, "hooked");
+        (service, clock, dir)
+    }
+
+    /// Publishes the plugin `name`, whose manifest webhook takes `plugin.installed`.
+    fn publish_hooked(service: &Service, name: &str) {
         let manifest = serde_json::from_value(serde_json::json!({
-            "name": "hooked", "version": "1.0.0", "contact_email": "dev@hooked.example",
+            "name": name, "version": "1.0.0", "contact_email": "dev@hooked.example",
             "webhooks": [{"url": "https://1.1.1.1/in", "events": ["plugin.installed"],
                 "secret": "0123456789abcdef"}],
         }))
@@ -529,7 +535,6 @@ pub(crate) mod tests {
         service
             .publish_plugin(manifest, &BTreeMap::new(), None)
             .expect("publish");
-        (service, clock, dir)
     }
 
     /// A store whose plugin's manifest webhook takes `plugin.installed`, installed: one delivery
@@ -666,15 +671,7 @@ pub(crate) mod tests {
         // Two plugins installed in one store: each one's manifest webhook takes
         // `plugin.installed`, which concerns its own installation only.
         let (service, _clock, _dir) = with_hooked_plugin();
-        let manifest = serde_json::from_value(serde_json::json!({
-            "name": "hooked-too", "version": "1.0.0", "contact_email": "dev@hooked.example",
-            "webhooks": [{"url": "https://1.1.1.1/in", "events": ["plugin.installed"],
-                "secret": "0123456789abcdef"}],
-        }))
-        .expect("manifest");
-        service
-            .publish_plugin(manifest, &BTreeMap::new(), None)
-            .expect("publish");
+        publish_hooked(&service, "hooked-too");
         let store = service.create_store("acme.example").expect("store");
         service.install(&store.id, "hooked").expect("install");
         service.install(&store.id, "hooked-too").expect("install");
