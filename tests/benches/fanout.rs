@@ -4,8 +4,9 @@
 //! `cargo bench -p commerce-host-tests --bench fanout` (release). Sizes:
 //! `FANOUT_EVENTS` (default 200) × `FANOUT_SUBSCRIPTIONS` (default 50) deliveries in a burst,
 //! after `FANOUT_SERIAL` (default 200) events one at a time to one subscription of a second store
-//! (the latency from the commit to the first attempt's arrival). Figures also go to
-//! `target/bench/fanout.json`.
+//! (the latency from the commit to the first attempt's arrival); during the burst that second
+//! store goes on with an event every 5 ms or so, one at a time (another store's latency while
+//! one bursts). Figures also go to `target/bench/fanout.json`.
 //!
 //! With `BENCH_DATABASE_URL` (a PostgreSQL server; each run makes fresh databases on it) the
 //! same runs follow on PostgreSQL, with one host and then with two hosts (two services, each with
@@ -215,39 +216,63 @@ impl Hosts {
     }
 }
 
+/// The quiet store's receiver path: its arrivals are not the burst's.
+const QUIET: &str = "/quiet";
+
+/// Commits an event to the quiet store (the `n`th); returns its arrivals key and when its
+/// write started (the durable flush included: the engine may see the commit, and deliver it,
+/// before the flush returns).
+fn quiet_commit(hosts: &Hosts, n: usize) -> anyhow::Result<((String, String), Instant)> {
+    let service = &hosts.services[0];
+    let data = OrderPaid {
+        order: PaidOrder {
+            id: format!("ord_q{n}").parse()?,
+            total: 4200,
+            currency: "EUR".into(),
+        },
+    };
+    let committed = Instant::now();
+    let event = service
+        .db
+        .tx(|tx| tx.emit(&hosts.quiet.reference(), data.clone(), service.now()))?;
+    Ok(((event.id.to_string(), QUIET.to_owned()), committed))
+}
+
+/// Waits for the first attempt of the quiet event `key` and takes it out of `arrivals`; returns
+/// its latency from `committed`.
+async fn quiet_arrival(
+    arrivals: &Arrivals,
+    key: &(String, String),
+    committed: Instant,
+) -> anyhow::Result<Duration> {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let arrived = loop {
+        let woken = arrivals.arrived.notified();
+        if let Some(at) = arrivals.first.lock().expect("lock").remove(key) {
+            break at;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        anyhow::ensure!(
+            tokio::time::timeout(left, woken).await.is_ok(),
+            "the event was not delivered"
+        );
+    };
+    Ok(arrived.saturating_duration_since(committed))
+}
+
+/// One event to the quiet store (the `n`th): from the commit's start to its first attempt's
+/// arrival.
+async fn quiet_event(hosts: &Hosts, arrivals: &Arrivals, n: usize) -> anyhow::Result<Duration> {
+    let (key, committed) = quiet_commit(hosts, n)?;
+    quiet_arrival(arrivals, &key, committed).await
+}
+
 /// One event at a time to the quiet store: from the commit's start to its first attempt's
 /// arrival. Returns (p50, p99) in ms.
 async fn serial(hosts: &Hosts, arrivals: &Arrivals, count: usize) -> anyhow::Result<(f64, f64)> {
-    let service = &hosts.services[0];
     let mut latencies = Vec::with_capacity(count);
     for n in 0..count {
-        let data = OrderPaid {
-            order: PaidOrder {
-                id: format!("ord_q{n}").parse()?,
-                total: 4200,
-                currency: "EUR".into(),
-            },
-        };
-        // From the write's start, its durable flush included: the engine may see the commit
-        // (and deliver it) before the flush returns.
-        let committed = Instant::now();
-        let event = service
-            .db
-            .tx(|tx| tx.emit(&hosts.quiet.reference(), data.clone(), service.now()))?;
-        let key = (event.id.to_string(), "/quiet".to_owned());
-        let deadline = committed + Duration::from_secs(30);
-        let arrived = loop {
-            let woken = arrivals.arrived.notified();
-            if let Some(at) = arrivals.first.lock().expect("lock").get(&key) {
-                break *at;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            anyhow::ensure!(
-                tokio::time::timeout(left, woken).await.is_ok(),
-                "the event was not delivered"
-            );
-        };
-        latencies.push(arrived.saturating_duration_since(committed));
+        latencies.push(quiet_event(hosts, arrivals, n).await?);
     }
     let (_, p50, p99) = report(
         "  one at a time (write -> first attempt)",
@@ -259,9 +284,74 @@ async fn serial(hosts: &Hosts, arrivals: &Arrivals, count: usize) -> anyhow::Res
     Ok((p50, p99))
 }
 
+/// The burst's arrivals so far (the quiet store's left out).
+fn burst_arrivals(arrivals: &Arrivals) -> Vec<((String, String), Instant)> {
+    let first = arrivals.first.lock().expect("lock");
+    first
+        .iter()
+        .filter(|((_, path), _)| path != QUIET)
+        .map(|(key, at)| (key.clone(), *at))
+        .collect()
+}
+
+/// What a burst measured: its deliveries/s and latencies, and those of the quiet store's events
+/// sent one at a time while it ran.
+struct Burst {
+    per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    quiet_p50_ms: f64,
+    quiet_p99_ms: f64,
+}
+
 /// `events` events committed to the store (through each host in turn), each fanned out to
-/// every subscription. Returns (deliveries/s, p50 ms, p99 ms) from commit to first arrival.
+/// every subscription, while the quiet store's events go one at a time (another store's latency
+/// under the burst). Deliveries/s and latencies from commit to first arrival.
 async fn burst(
+    hosts: &Hosts,
+    arrivals: &Arrivals,
+    events: usize,
+    subscriptions: usize,
+) -> anyhow::Result<Burst> {
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let quiet = async {
+        // An event every 5 ms or so, without waiting for the last one's delivery.
+        let mut sent = Vec::new();
+        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            sent.push(quiet_commit(hosts, 100_000 + sent.len())?);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let mut latencies = Vec::with_capacity(sent.len());
+        for (key, committed) in &sent {
+            latencies.push(quiet_arrival(arrivals, key, *committed).await?);
+        }
+        anyhow::Ok(latencies)
+    };
+    let loud = async {
+        let measured = burst_of(hosts, arrivals, events, subscriptions).await;
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        measured
+    };
+    let (quiet, loud) = tokio::join!(quiet, loud);
+    let (per_s, p50_ms, p99_ms) = loud?;
+    let mut quiet = quiet?;
+    let total = quiet.iter().sum();
+    let (_, quiet_p50_ms, quiet_p99_ms) = report(
+        "  another store meanwhile, one at a time",
+        quiet.len(),
+        total,
+        &mut quiet,
+    );
+    Ok(Burst {
+        per_s,
+        p50_ms,
+        p99_ms,
+        quiet_p50_ms,
+        quiet_p99_ms,
+    })
+}
+
+async fn burst_of(
     hosts: &Hosts,
     arrivals: &Arrivals,
     events: usize,
@@ -286,26 +376,26 @@ async fn burst(
     let fire_elapsed = start.elapsed();
     let total = events * subscriptions;
     let deadline = Instant::now() + Duration::from_secs(600);
-    while arrivals.first.lock().expect("lock").len() < total {
+    while burst_arrivals(arrivals).len() < total {
         anyhow::ensure!(Instant::now() < deadline, "deliveries did not finish");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    let arrived = burst_arrivals(arrivals);
     // Until the last delivery arrived (not until this loop saw it).
-    let elapsed = arrivals
-        .first
-        .lock()
-        .expect("lock")
-        .values()
+    let elapsed = arrived
+        .iter()
+        .map(|(_, at)| *at)
         .max()
         .map_or_else(|| start.elapsed(), |last| last.duration_since(start));
-    let mut latencies: Vec<Duration> = arrivals
-        .first
-        .lock()
-        .expect("lock")
+    let mut latencies: Vec<Duration> = arrived
         .iter()
         .filter_map(|((event, _), at)| fired.get(event).map(|f| at.duration_since(*f)))
         .collect();
-    arrivals.first.lock().expect("lock").clear();
+    arrivals
+        .first
+        .lock()
+        .expect("lock")
+        .retain(|(_, path), _| path == QUIET);
     println!(
         "  {events} events x {subscriptions} subscriptions = {total} signed deliveries, {} host(s); \
          events committed in {:.3} s = {:.0} events/s; all delivered after {:.3} s",
@@ -345,12 +435,20 @@ async fn one_host(
     let (p50, p99) = serial(&hosts, arrivals, sizes.serial_count).await?;
     figures.set(&format!("first_attempt_p50_ms{suffix}"), p50);
     figures.set(&format!("first_attempt_p99_ms{suffix}"), p99);
-    let (per_s, p50, p99) = burst(&hosts, arrivals, sizes.events, sizes.subscriptions).await?;
+    let burst = burst(&hosts, arrivals, sizes.events, sizes.subscriptions).await?;
     hosts.stop().await;
-    figures.set(&format!("engine_deliveries_per_s{suffix}"), per_s);
-    figures.set(&format!("burst_first_attempt_p50_ms{suffix}"), p50);
-    figures.set(&format!("burst_first_attempt_p99_ms{suffix}"), p99);
-    Ok(per_s)
+    figures.set(&format!("engine_deliveries_per_s{suffix}"), burst.per_s);
+    figures.set(&format!("burst_first_attempt_p50_ms{suffix}"), burst.p50_ms);
+    figures.set(&format!("burst_first_attempt_p99_ms{suffix}"), burst.p99_ms);
+    figures.set(
+        &format!("quiet_store_first_attempt_p50_ms{suffix}"),
+        burst.quiet_p50_ms,
+    );
+    figures.set(
+        &format!("quiet_store_first_attempt_p99_ms{suffix}"),
+        burst.quiet_p99_ms,
+    );
+    Ok(burst.per_s)
 }
 
 #[tokio::main]
@@ -437,11 +535,12 @@ async fn main() -> anyhow::Result<()> {
 
         println!("\n== PostgreSQL, two hosts on one database, concurrency {concurrency} each");
         let hosts = Hosts::start(Some(&fresh()?), 2, &base, &sizes).await?;
-        let (two, p50, p99) = burst(&hosts, &arrivals, events, subscriptions).await?;
+        let burst = burst(&hosts, &arrivals, events, subscriptions).await?;
         hosts.stop().await;
+        let two = burst.per_s;
         figures.set("engine_deliveries_per_s_pg_2hosts", two);
-        figures.set("burst_first_attempt_p50_ms_pg_2hosts", p50);
-        figures.set("burst_first_attempt_p99_ms_pg_2hosts", p99);
+        figures.set("burst_first_attempt_p50_ms_pg_2hosts", burst.p50_ms);
+        figures.set("burst_first_attempt_p99_ms_pg_2hosts", burst.p99_ms);
         figures.set("scale_out_ratio_pg", two / one);
         println!(
             "  two hosts deliver {:.2}x one host's deliveries/s (one machine: they share its cores)",
