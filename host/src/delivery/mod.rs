@@ -24,7 +24,7 @@ pub mod messages;
 pub mod smtp;
 pub mod webhook;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -50,10 +50,12 @@ use crate::service::events::with_cause;
 
 pub use self::fair::MAX_IN_FLIGHT_PER_TARGET;
 
-/// How many due entries a dispatch round passes over because their pool or share is full, before
-/// it waits for a running attempt to finish: a few in most rounds (each finished attempt starts
-/// one), and a longer sweep every [`SWEEP_EVERY`], which finds the entries of other stores behind
-/// a large backlog of one (bounding the cost of the rounds in between).
+/// How many targets whose share is full a dispatch round passes over, before it waits for a
+/// running attempt to finish: a few in most rounds (each finished attempt starts one), and a
+/// longer sweep every [`SWEEP_EVERY`], which finds the entries of other stores behind a large
+/// backlog of one (bounding the cost of the rounds in between). A target found full is passed
+/// over for the rest of its round without counting again: its other entries cost a round only
+/// a look at their keys.
 const SKIP_BUDGET: usize = 16;
 /// See [`SKIP_BUDGET`].
 const SWEEP_BUDGET: usize = 1024;
@@ -369,6 +371,22 @@ async fn run(shared: Arc<Shared>, config: EngineConfig, mut stopped: watch::Rece
     while tasks.join_next().await.is_some() {}
 }
 
+/// A position in a lane just before `key` (a scan after it reads `key`): the key less its last
+/// byte (queue keys are ASCII).
+fn just_before(key: &str) -> &str {
+    key.get(..key.len().saturating_sub(1)).unwrap_or(key)
+}
+
+/// The target a delivery's queue entry is for, from its key (`work/{kind}/{due}/{store}/{target}/…`;
+/// `None` for messages and mail, whose entries are each their own target).
+fn target_of_key(key: &str) -> Option<&str> {
+    let mut parts = key.split('/');
+    match (parts.next(), parts.next()) {
+        (Some("work"), Some("webhook" | "component")) => parts.nth(2),
+        _ => None,
+    }
+}
+
 /// The engine's view of the work queue: per lane, the due entries read from storage and not
 /// started yet, in due order, and how far the lane was read. Starting work takes entries from
 /// memory, so a round after an attempt finished does not read the lane's head again (where the
@@ -393,10 +411,16 @@ struct Lane {
     /// round reads the lane again only once new work is queued in it, or on the next poll or
     /// sweep (which find retries that came due meanwhile), so an idle lane costs a round no read.
     drained: bool,
+    /// New work was queued past the cursor: read from here too next round, even into a full
+    /// window (a store's event behind another's backlog that fills it), a batch at most.
+    beyond: Option<String>,
 }
 
 /// Ready entries kept per lane: more are read when fewer than [`READY_LOW`] are left.
 const READY_MAX: usize = 1024;
+/// Ready entries a lane holds at most, work queued past the cursor included (see
+/// [`Lane::beyond`]).
+const READY_HARD_MAX: usize = 4 * READY_MAX;
 /// See [`READY_MAX`].
 const READY_LOW: usize = 256;
 
@@ -415,8 +439,17 @@ impl Lanes {
         for (lane, queued) in self.lanes.iter_mut().zip(earliest) {
             if let Some(queued) = queued {
                 let from = crate::storage::queue::before_same_ms(&queued);
-                if lane.cursor.as_deref().is_some_and(|c| from < c) {
-                    lane.cursor = Some(from.to_owned());
+                match lane.cursor.as_deref() {
+                    Some(cursor) if from < cursor => lane.cursor = Some(from.to_owned()),
+                    // Past the cursor, or read from the head (a window may not reach it): read
+                    // from just before the key itself, which entries of the same millisecond
+                    // queued earlier (another store's backlog, on a stopped clock) may precede.
+                    _ => {
+                        let from = just_before(&queued);
+                        if lane.beyond.as_deref().is_none_or(|b| from < b) {
+                            lane.beyond = Some(from.to_owned());
+                        }
+                    }
                 }
                 lane.queued = true;
                 lane.drained = false;
@@ -481,9 +514,32 @@ impl Shared {
         Ok(())
     }
 
+    /// Reads the lane's due entries into memory: on from its cursor ([`Shared::refill_on`]),
+    /// and a batch from where new work was queued past it ([`Lane::beyond`]).
+    fn refill(&self, kind: WorkKind, now: Timestamp, lane: &mut Lane) -> Result<()> {
+        let beyond = lane.beyond.take();
+        self.refill_on(kind, now, lane)?;
+        let Some(from) = beyond else {
+            return Ok(());
+        };
+        if lane.cursor.as_deref().is_some_and(|c| from.as_str() < c)
+            || lane.ready.len() >= READY_HARD_MAX
+        {
+            return Ok(()); // The cursor's read passed it (or the lane holds all it may).
+        }
+        let batch =
+            crate::storage::queue::due_raw(&self.service.db, kind, now, Some(&from), BATCH)?;
+        for (key, bytes) in batch {
+            if !self.fair.is_taken(&key) {
+                lane.ready.insert(key, bytes);
+            }
+        }
+        Ok(())
+    }
+
     /// Reads the lane's due entries on from its cursor into memory, when new work was queued or
     /// few are ready (and the last read did not reach the end), up to [`READY_MAX`].
-    fn refill(&self, kind: WorkKind, now: Timestamp, lane: &mut Lane) -> Result<()> {
+    fn refill_on(&self, kind: WorkKind, now: Timestamp, lane: &mut Lane) -> Result<()> {
         if (lane.ready.len() >= READY_LOW || lane.drained) && !std::mem::take(&mut lane.queued) {
             return Ok(());
         }
@@ -519,8 +575,8 @@ impl Shared {
         Ok(())
     }
 
-    /// Starts the lane's ready entries in due order, passing over at most `budget` entries
-    /// whose pool or share is full.
+    /// Starts the lane's ready entries in due order, passing over at most `budget` targets
+    /// whose share is full (and every entry of theirs).
     fn dispatch_lane(
         self: &Arc<Self>,
         kind: WorkKind,
@@ -530,11 +586,16 @@ impl Shared {
     ) -> Result<()> {
         let pool = pool_of(kind);
         let mut skipped = 0;
+        let mut full: HashSet<&str> = HashSet::new();
         let mut started = Vec::new();
         let mut starting = Vec::new();
         for (key, bytes) in &lane.ready {
             if self.fair.free_in(pool) == 0 || skipped >= budget {
                 break; // A finishing attempt wakes the engine.
+            }
+            let target = target_of_key(key);
+            if target.is_some_and(|t| full.contains(t)) {
+                continue;
             }
             // Most entries a round passes over are over their share: tell from the key (and the
             // owners already known) without decoding them.
@@ -552,7 +613,10 @@ impl Shared {
                     continue;
                 }
                 Err(NotStarted::Busy) => {
-                    skipped += 1;
+                    // Counted once a round per target (each entry, where a key names none).
+                    if target.is_none_or(|t| full.insert(t)) {
+                        skipped += 1;
+                    }
                     continue;
                 }
             };
@@ -707,6 +771,7 @@ impl Shared {
     /// What the delivery at queue key `key` counts against, told from the key alone when its
     /// target's owner is known (`work/{kind}/{due}/{store}/{target}/{event}`).
     fn slot_from_key(&self, key: &str) -> Option<Slot> {
+        // The same layout as `target_of_key` reads.
         let mut parts = key.split('/');
         let kind = match (parts.next(), parts.next()) {
             (Some("work"), Some("webhook")) => Kind::Webhook,

@@ -472,3 +472,56 @@ async fn slow_receivers_of_one_plugin_leave_the_engine_to_another_store() {
         "one installation took {slow_in_flight} of the engine's places"
     );
 }
+
+#[tokio::test]
+async fn another_stores_event_is_delivered_while_a_burst_larger_than_the_engines_window_waits() {
+    let host = TestHost::start_for_webhooks(|_| {}).await;
+    let receiver = Receiver::start().await;
+    receiver.set("/loud", Behavior::Hang(Duration::from_secs(10)));
+
+    // One plugin with 50 subscriptions to a receiver that takes 10 s to answer, and 40 events:
+    // 2 000 deliveries due at once, more than the engine reads into memory at a time (1 280),
+    // all of one installation, which may hold 32 of the engine's 64 places.
+    let (_, loud) = host.store_with_plugin("loud.example", &ALL_SCOPES).await;
+    for n in 0..50 {
+        host.subscribe(
+            &loud,
+            &receiver.url(&format!("/loud?{n}")),
+            &["customer.created"],
+        )
+        .await;
+    }
+    for n in 0..40 {
+        host.call(
+            &loud,
+            Method::POST,
+            "/v1/customers",
+            Some(json!({"email": format!("c{n}@example.com")})),
+        )
+        .await
+        .expect(201);
+    }
+    receiver
+        .wait_for("/loud", 32, Duration::from_secs(10))
+        .await;
+
+    let (_, quiet) = host.store_with_plugin("quiet.example", &ALL_SCOPES).await;
+    host.subscribe(&quiet, &receiver.url("/quiet"), &["customer.created"])
+        .await;
+    host.call(
+        &quiet,
+        Method::POST,
+        "/v1/customers",
+        Some(json!({"email": "quiet@example.com"})),
+    )
+    .await
+    .expect(201);
+    // Delivered while the loud store's first attempts still hang (they take 10 s), not after
+    // its 2 000 deliveries.
+    receiver.wait_for("/quiet", 1, Duration::from_secs(5)).await;
+    let loud_so_far = receiver.requests("/loud").len();
+    assert!(
+        loud_so_far <= 32,
+        "one installation took {loud_so_far} of the engine's places"
+    );
+}
