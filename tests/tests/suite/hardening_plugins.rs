@@ -424,53 +424,73 @@ async fn sigterm_ends_the_host_while_a_component_sleeps() {
     assert!(status.success(), "{status}");
 }
 
+/// A store whose plugin has `subscriptions` subscriptions to `path?{n}` on `receiver`, and
+/// `customers` customers made: `subscriptions × customers` deliveries.
+async fn store_bursting(
+    host: &TestHost,
+    receiver: &Receiver,
+    domain: &str,
+    path: &str,
+    subscriptions: usize,
+    customers: usize,
+) {
+    let (_, token) = host.store_with_plugin(domain, &ALL_SCOPES).await;
+    for n in 0..subscriptions {
+        host.subscribe(
+            &token,
+            &receiver.url(&format!("{path}?{n}")),
+            &["customer.created"],
+        )
+        .await;
+    }
+    for n in 0..customers {
+        host.call(
+            &token,
+            Method::POST,
+            "/v1/customers",
+            Some(json!({"email": format!("c{n}@{domain}")})),
+        )
+        .await
+        .expect(201);
+    }
+}
+
+/// Another store, one subscription to `path` on `receiver`, one customer made, and its delivery
+/// awaited `within`, while the deliveries to `busy` are still hanging: at most 32 of them (one
+/// installation's half of the engine's 64 places).
+async fn another_store_is_served(host: &TestHost, receiver: &Receiver, busy: &str, within: u64) {
+    let (_, token) = host.store_with_plugin("other.example", &ALL_SCOPES).await;
+    host.subscribe(&token, &receiver.url("/other"), &["customer.created"])
+        .await;
+    host.call(
+        &token,
+        Method::POST,
+        "/v1/customers",
+        Some(json!({"email": "other@example.com"})),
+    )
+    .await
+    .expect(201);
+    receiver
+        .wait_for("/other", 1, Duration::from_secs(within))
+        .await;
+    let in_flight = receiver.requests(busy).len();
+    assert!(
+        in_flight <= 32,
+        "one installation took {in_flight} of the engine's places"
+    );
+}
+
 #[tokio::test]
 async fn slow_receivers_of_one_plugin_leave_the_engine_to_another_store() {
     let host = TestHost::start_for_webhooks(|_| {}).await;
     let receiver = Receiver::start().await;
     receiver.set("/slow", Behavior::Hang(Duration::from_secs(8)));
-
     // One plugin with 20 subscriptions to a receiver that takes 8 s to answer: 8 attempts per
     // subscription would be 160, more than the engine's 64; it gets half of them.
-    let (_, slow) = host.store_with_plugin("slow.example", &ALL_SCOPES).await;
-    for n in 0..20 {
-        host.subscribe(
-            &slow,
-            &receiver.url(&format!("/slow?{n}")),
-            &["customer.created"],
-        )
-        .await;
-    }
-    for n in 0..10 {
-        host.call(
-            &slow,
-            Method::POST,
-            "/v1/customers",
-            Some(json!({"email": format!("c{n}@example.com")})),
-        )
-        .await
-        .expect(201);
-    }
+    store_bursting(&host, &receiver, "slow.example", "/slow", 20, 10).await;
     receiver.wait_for("/slow", 32, Duration::from_secs(5)).await;
-
-    let (_, fast) = host.store_with_plugin("fast.example", &ALL_SCOPES).await;
-    host.subscribe(&fast, &receiver.url("/fast"), &["customer.created"])
-        .await;
-    host.call(
-        &fast,
-        Method::POST,
-        "/v1/customers",
-        Some(json!({"email": "fast@example.com"})),
-    )
-    .await
-    .expect(201);
     // Delivered while the slow plugin's attempts are still hanging (they take 8 s).
-    receiver.wait_for("/fast", 1, Duration::from_secs(4)).await;
-    let slow_in_flight = receiver.requests("/slow").len();
-    assert!(
-        slow_in_flight <= 32,
-        "one installation took {slow_in_flight} of the engine's places"
-    );
+    another_store_is_served(&host, &receiver, "/slow", 4).await;
 }
 
 #[tokio::test]
@@ -478,50 +498,14 @@ async fn another_stores_event_is_delivered_while_a_burst_larger_than_the_engines
     let host = TestHost::start_for_webhooks(|_| {}).await;
     let receiver = Receiver::start().await;
     receiver.set("/loud", Behavior::Hang(Duration::from_secs(10)));
-
     // One plugin with 50 subscriptions to a receiver that takes 10 s to answer, and 40 events:
     // 2 000 deliveries due at once, more than the engine reads into memory at a time (1 280),
     // all of one installation, which may hold 32 of the engine's 64 places.
-    let (_, loud) = host.store_with_plugin("loud.example", &ALL_SCOPES).await;
-    for n in 0..50 {
-        host.subscribe(
-            &loud,
-            &receiver.url(&format!("/loud?{n}")),
-            &["customer.created"],
-        )
-        .await;
-    }
-    for n in 0..40 {
-        host.call(
-            &loud,
-            Method::POST,
-            "/v1/customers",
-            Some(json!({"email": format!("c{n}@example.com")})),
-        )
-        .await
-        .expect(201);
-    }
+    store_bursting(&host, &receiver, "loud.example", "/loud", 50, 40).await;
     receiver
         .wait_for("/loud", 32, Duration::from_secs(10))
         .await;
-
-    let (_, quiet) = host.store_with_plugin("quiet.example", &ALL_SCOPES).await;
-    host.subscribe(&quiet, &receiver.url("/quiet"), &["customer.created"])
-        .await;
-    host.call(
-        &quiet,
-        Method::POST,
-        "/v1/customers",
-        Some(json!({"email": "quiet@example.com"})),
-    )
-    .await
-    .expect(201);
     // Delivered while the loud store's first attempts still hang (they take 10 s), not after
     // its 2 000 deliveries.
-    receiver.wait_for("/quiet", 1, Duration::from_secs(5)).await;
-    let loud_so_far = receiver.requests("/loud").len();
-    assert!(
-        loud_so_far <= 32,
-        "one installation took {loud_so_far} of the engine's places"
-    );
+    another_store_is_served(&host, &receiver, "/loud", 5).await;
 }
