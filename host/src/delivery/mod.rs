@@ -377,14 +377,22 @@ fn just_before(key: &str) -> &str {
     key.get(..key.len().saturating_sub(1)).unwrap_or(key)
 }
 
-/// The target a delivery's queue entry is for, from its key (`work/{kind}/{due}/{store}/{target}/…`;
-/// `None` for messages and mail, whose entries are each their own target).
-fn target_of_key(key: &str) -> Option<&str> {
+/// What a delivery's queue entry key (`work/{kind}/{due}/{store}/{target}/…`) names: its pool,
+/// store and target. `None` for messages and mail, whose entries are each their own target.
+fn delivery_of_key(key: &str) -> Option<(Kind, &str, &str)> {
     let mut parts = key.split('/');
-    match (parts.next(), parts.next()) {
-        (Some("work"), Some("webhook" | "component")) => parts.nth(2),
-        _ => None,
-    }
+    let kind = match (parts.next(), parts.next()) {
+        (Some("work"), Some("webhook")) => Kind::Webhook,
+        (Some("work"), Some("component")) => Kind::Component,
+        _ => return None,
+    };
+    let (_due, store, target) = (parts.next()?, parts.next()?, parts.next()?);
+    Some((kind, store, target))
+}
+
+/// The target a delivery's queue entry is for, from its key (see [`delivery_of_key`]).
+fn target_of_key(key: &str) -> Option<&str> {
+    delivery_of_key(key).map(|(_, _, target)| target)
 }
 
 /// The engine's view of the work queue: per lane, the due entries read from storage and not
@@ -771,14 +779,7 @@ impl Shared {
     /// What the delivery at queue key `key` counts against, told from the key alone when its
     /// target's owner is known (`work/{kind}/{due}/{store}/{target}/{event}`).
     fn slot_from_key(&self, key: &str) -> Option<Slot> {
-        // The same layout as `target_of_key` reads.
-        let mut parts = key.split('/');
-        let kind = match (parts.next(), parts.next()) {
-            (Some("work"), Some("webhook")) => Kind::Webhook,
-            (Some("work"), Some("component")) => Kind::Component,
-            _ => return None,
-        };
-        let (_due, store, target) = (parts.next()?, parts.next()?, parts.next()?);
+        let (kind, store, target) = delivery_of_key(key)?;
         let owner = self
             .owners
             .lock()
