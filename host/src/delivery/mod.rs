@@ -390,11 +390,6 @@ fn delivery_of_key(key: &str) -> Option<(Kind, &str, &str)> {
     Some((kind, store, target))
 }
 
-/// The target a delivery's queue entry is for, from its key (see [`delivery_of_key`]).
-fn target_of_key(key: &str) -> Option<&str> {
-    delivery_of_key(key).map(|(_, _, target)| target)
-}
-
 /// The engine's view of the work queue: per lane, the due entries read from storage and not
 /// started yet, in due order, and how far the lane was read. Starting work takes entries from
 /// memory, so a round after an attempt finished does not read the lane's head again (where the
@@ -601,13 +596,14 @@ impl Shared {
             if self.fair.free_in(pool) == 0 || skipped >= budget {
                 break; // A finishing attempt wakes the engine.
             }
-            let target = target_of_key(key);
+            let delivery = delivery_of_key(key);
+            let target = delivery.map(|(_, _, target)| target);
             if target.is_some_and(|t| full.contains(t)) {
                 continue;
             }
             // Most entries a round passes over are over their share: tell from the key (and the
             // owners already known) without decoding them.
-            let (slot, work) = match self.slot_from_key(key) {
+            let (slot, work) = match delivery.and_then(|d| self.slot_of_delivery(d)) {
                 Some(slot) => (slot, None),
                 None => {
                     let work: Work = crate::storage::Db::decode(key, bytes)?;
@@ -776,10 +772,9 @@ impl Shared {
         }
     }
 
-    /// What the delivery at queue key `key` counts against, told from the key alone when its
-    /// target's owner is known (`work/{kind}/{due}/{store}/{target}/{event}`).
-    fn slot_from_key(&self, key: &str) -> Option<Slot> {
-        let (kind, store, target) = delivery_of_key(key)?;
+    /// What a delivery counts against, told from its queue key's parts alone
+    /// ([`delivery_of_key`]) when its target's owner is known.
+    fn slot_of_delivery(&self, (kind, store, target): (Kind, &str, &str)) -> Option<Slot> {
         let owner = self
             .owners
             .lock()
