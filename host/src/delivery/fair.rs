@@ -9,10 +9,11 @@
 //! while a lone busy plugin can still use half the pool. Each lane of the work queue is read in
 //! due order and an entry over its share waits for a later round.
 //!
-//! A made component invocation gives its place (and its shares) to the next one before its
-//! outcome is recorded, while its queue entry stays in flight until then, so a target's next
-//! invocations run while the last ones are written; the entries waiting for their record are
-//! bounded too (four per place in the pools). A webhook attempt keeps its place until recorded.
+//! A made attempt (a webhook's request answered or failed, a component's invocation returned)
+//! gives its place (and its shares) to the next one before its outcome is recorded, while its
+//! queue entry stays in flight until then, so a target's next attempts run while the last ones
+//! are written; the entries waiting for their record are bounded too (four per place in the
+//! pools).
 //!
 //! Messages and the host's mail draw from a third pool, bounded ([`MESSAGE_CONCURRENCY`]) but not
 //! shared out: they were never shared between stores, and a merchant's own sender carries them.
@@ -228,12 +229,6 @@ pub struct Ticket {
 }
 
 impl Ticket {
-    /// Whether the attempt still holds its place in the pool (it was not marked made with
-    /// [`Ticket::finish_attempt`]).
-    pub fn holds_place(&self) -> bool {
-        self.permit.is_some()
-    }
-
     /// The attempt was made: its place in the pool and its shares go to the next attempt, while
     /// its queue entry stays in flight (not started again) until the ticket is dropped, once
     /// the outcome is recorded.

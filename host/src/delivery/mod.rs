@@ -21,10 +21,11 @@ pub mod client;
 pub mod fair;
 pub mod mail;
 pub mod messages;
+mod ready;
 pub mod smtp;
 pub mod webhook;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -51,12 +52,12 @@ use crate::service::events::with_cause;
 pub use self::fair::MAX_IN_FLIGHT_PER_TARGET;
 
 /// How many targets whose share is full a dispatch round passes over, before it waits for a
-/// running attempt to finish: a few in most rounds (each finished attempt starts one), and a
-/// longer sweep every [`SWEEP_EVERY`], which finds the entries of other stores behind a large
-/// backlog of one (bounding the cost of the rounds in between). A target found full is passed
-/// over for the rest of its round without counting again: its other entries cost a round only
-/// a look at their keys.
-const SKIP_BUDGET: usize = 16;
+/// running attempt to finish: a few dozen in most rounds (enough for another store's entry
+/// behind one installation's busy targets to start in the next round), and a longer sweep every
+/// [`SWEEP_EVERY`], which finds the entries of other stores behind a larger backlog (bounding
+/// the cost of the rounds in between). A target found full is passed over with all its entries
+/// at once (see [`ready`]): a round costs the targets it meets, not the entries they hold.
+const SKIP_BUDGET: usize = 64;
 /// See [`SKIP_BUDGET`].
 const SWEEP_BUDGET: usize = 1024;
 /// See [`SKIP_BUDGET`].
@@ -129,9 +130,6 @@ struct Pending {
     due_key: String,
     entry: DueEntry,
     outcome: Outcome,
-    /// Whether the attempt still holds its place in the pool until it is recorded (a webhook
-    /// attempt; a made invocation gave its place to the next one, see [`fair::Ticket::finish_attempt`]).
-    holds_place: bool,
     reply: oneshot::Sender<Result<Option<Paused>>>,
 }
 
@@ -164,12 +162,11 @@ const RECORD_LINGER: Duration = Duration::from_millis(2);
 /// under load a transaction records many attempts, and alone an attempt is recorded at once.
 /// (On sled every transaction writes its own buffer to the log file, a system call and a
 /// disk write started: recording attempts one per transaction cost more than the attempts.)
-/// A made invocation gives its place to the next one before it is recorded
-/// ([`fair::Ticket::finish_attempt`]; its queue entry stays in flight until then), so the
-/// next invocations of a target run while the last ones are written; a webhook attempt keeps
-/// its place until it is recorded (letting webhook attempts run ahead of their records made
-/// the signed fan-out slower on a 2-core machine, presumably by an engine round per finished
-/// request; see the README's fifth pass).
+/// A made attempt gives its place to the next one before it is recorded
+/// ([`fair::Ticket::finish_attempt`]; its queue entry stays in flight until then, and the
+/// entries waiting for their record are bounded), so the next attempts to a target run while
+/// the last ones are written. (Until the eighth pass a webhook attempt kept its place until it
+/// was recorded: a round per finished request cost more than the wait, see the README.)
 /// Ends when every sender is gone.
 async fn record_attempts(
     service: Service,
@@ -203,19 +200,17 @@ async fn record_attempts(
     }
 }
 
-/// Lets the attempts still running join `batch`, for [`RECORD_LINGER`] at most: returns once
-/// every attempt that holds a place in the pools is in it (a webhook attempt holds its place
-/// until it is recorded; a made invocation gave its place up before it was sent here, so the
-/// batch waits for the invocations still running), the batch is full, or the time is up.
+/// Lets the attempts still running join `batch`, for [`RECORD_LINGER`] at most: returns once no
+/// attempt holds a place in the pools (every one made is in the batch), the batch is full, or
+/// the time is up.
 async fn linger(
     fair: &Fair,
     pending: &mut mpsc::UnboundedReceiver<Pending>,
     batch: &mut Vec<Pending>,
 ) {
     let places = || fair.in_flight_in(Kind::Webhook) + fair.in_flight_in(Kind::Component);
-    let waiting = |batch: &[Pending]| batch.iter().filter(|p| p.holds_place).count();
     let deadline = tokio::time::Instant::now() + RECORD_LINGER;
-    while batch.len() < RECORD_BATCH && waiting(batch) < places() {
+    while batch.len() < RECORD_BATCH && places() > 0 {
         let room = RECORD_BATCH - batch.len();
         match tokio::time::timeout_at(deadline, pending.recv_many(batch, room)).await {
             Ok(0) | Err(_) => return, // Every sender gone, or the time is up.
@@ -340,13 +335,16 @@ async fn run(shared: Arc<Shared>, config: EngineConfig, mut stopped: watch::Rece
     let mut tasks = JoinSet::new();
     let mut next_purge = Timestamp::MIN;
     let mut lanes = Lanes::default();
+    // Whether the outbox may hold entries not fanned out: at the start, after a commit that
+    // queued work, on each poll, and while the last round found more.
+    let mut outbox = true;
     loop {
         if *stopped.borrow() {
             break;
         }
         lanes.start_at(shared.wake.take_earliest());
         let ticked = off_workers(&shared.service, || {
-            shared.tick(&mut tasks, &mut next_purge, &mut lanes)
+            shared.tick(&mut tasks, &mut next_purge, &mut lanes, outbox)
         });
         let busy = match ticked {
             Ok(busy) => busy,
@@ -361,12 +359,20 @@ async fn run(shared: Arc<Shared>, config: EngineConfig, mut stopped: watch::Rece
             tokio::task::yield_now().await;
             continue;
         }
-        tokio::select! {
-            () = shared.wake.notified() => {}
-            () = shared.done.notified() => {}
-            () = tokio::time::sleep(config.poll_interval) => lanes.rescan(),
-            _ = stopped.changed() => {}
-        }
+        // A finished attempt frees a place: the next round only starts work.
+        outbox = tokio::select! {
+            () = shared.wake.notified() => true,
+            () = shared.done.notified() => {
+                // Let the other attempts finishing now free their places for the same round.
+                tokio::task::yield_now().await;
+                false
+            }
+            () = tokio::time::sleep(config.poll_interval) => {
+                lanes.rescan();
+                true
+            }
+            _ = stopped.changed() => true,
+        };
     }
     while tasks.join_next().await.is_some() {}
 }
@@ -404,8 +410,8 @@ struct Lanes {
 
 #[derive(Debug, Default)]
 struct Lane {
-    /// Due entries not started, by key (the due time first), as stored.
-    ready: BTreeMap<String, Vec<u8>>,
+    /// Due entries not started, by target and key (the due time first), as stored.
+    ready: ready::Ready,
     /// Every due entry up to this key is ready, in flight or done (`None`: read from the head).
     cursor: Option<String>,
     /// New work was queued since the lane was last read: read it even when enough is ready.
@@ -414,10 +420,17 @@ struct Lane {
     /// round reads the lane again only once new work is queued in it, or on the next poll or
     /// sweep (which find retries that came due meanwhile), so an idle lane costs a round no read.
     drained: bool,
-    /// New work was queued past the cursor: read from here too next round, even into a full
-    /// window (a store's event behind another's backlog that fills it), a batch at most.
-    beyond: Option<String>,
+    /// Where new work was queued, for each store (a few: see
+    /// [`STORES_NOTED`](crate::storage::queue::STORES_NOTED)): read from each too next round, even
+    /// into a full window (a store's event behind another's backlog that fills it), a few entries
+    /// at most ([`BEYOND_BATCH`]), of which only those of targets with none ready are kept (a
+    /// target with entries ready has work to start already; its later ones come with the
+    /// cursor), so that one store's backlog does not fill the lane through these reads.
+    beyond: Vec<String>,
 }
+
+/// Entries read from where a store queued new work (see [`Lane::beyond`]).
+const BEYOND_BATCH: usize = 32;
 
 /// Ready entries kept per lane: more are read when fewer than [`READY_LOW`] are left.
 const READY_MAX: usize = 1024;
@@ -437,22 +450,26 @@ impl Lanes {
         }
     }
 
-    /// Moves each lane's cursor back to the earliest work queued in it since the last round.
-    fn start_at(&mut self, earliest: [Option<String>; 4]) {
+    /// Moves each lane's cursor back to the earliest work queued in it since the last round, and
+    /// notes where each store queued its own.
+    fn start_at(&mut self, earliest: [Vec<String>; 4]) {
         for (lane, queued) in self.lanes.iter_mut().zip(earliest) {
-            if let Some(queued) = queued {
+            for queued in queued {
                 let from = crate::storage::queue::before_same_ms(&queued);
-                match lane.cursor.as_deref() {
-                    Some(cursor) if from < cursor => lane.cursor = Some(from.to_owned()),
-                    // Past the cursor, or read from the head (a window may not reach it): read
-                    // from just before the key itself, which entries of the same millisecond
-                    // queued earlier (another store's backlog, on a stopped clock) may precede.
-                    _ => {
-                        let from = just_before(&queued);
-                        if lane.beyond.as_deref().is_none_or(|b| from < b) {
-                            lane.beyond = Some(from.to_owned());
-                        }
-                    }
+                if let Some(cursor) = lane.cursor.as_deref()
+                    && from < cursor
+                {
+                    lane.cursor = Some(from.to_owned());
+                }
+                // Read from just before the key itself too (a window may not reach it: past the
+                // cursor, from the head, or behind the cursor in a lane too full to read on),
+                // which entries of the same millisecond queued earlier (another store's backlog,
+                // on a stopped clock) may precede.
+                let from = just_before(&queued);
+                if !lane.beyond.iter().any(|b| b == from)
+                    && lane.beyond.len() < crate::storage::queue::STORES_NOTED
+                {
+                    lane.beyond.push(from.to_owned());
                 }
                 lane.queued = true;
                 lane.drained = false;
@@ -462,19 +479,25 @@ impl Lanes {
 }
 
 impl Shared {
-    /// One round: fan out new events, purge expired ones now and then, start due work.
-    /// Returns whether more outbox work is waiting.
+    /// One round: fan out new events (when `outbox` may hold some), purge expired ones now and
+    /// then, start due work. Returns whether more outbox work is waiting.
     fn tick(
         self: &Arc<Self>,
         tasks: &mut JoinSet<()>,
         next_purge: &mut Timestamp,
         lanes: &mut Lanes,
+        outbox: bool,
     ) -> Result<bool> {
         let db = &self.service.db;
         let now = self.service.now();
-        let fanned = queue::fan_out(&self.service, now, BATCH, |event| {
-            self.keep_event(event);
-        })?;
+        let fanned = if outbox {
+            queue::fan_out(&self.service, now, BATCH, |event| {
+                self.keep_event(event);
+            })?
+        } else {
+            0
+        };
+
         if now >= *next_purge {
             let purged = queue::purge(db, now, BATCH)?;
             if purged > 0 {
@@ -518,23 +541,23 @@ impl Shared {
     }
 
     /// Reads the lane's due entries into memory: on from its cursor ([`Shared::refill_on`]),
-    /// and a batch from where new work was queued past it ([`Lane::beyond`]).
+    /// and a batch from where new work was queued past it, for targets with none ready
+    /// ([`Lane::beyond`]).
     fn refill(&self, kind: WorkKind, now: Timestamp, lane: &mut Lane) -> Result<()> {
-        let beyond = lane.beyond.take();
+        let beyond = std::mem::take(&mut lane.beyond);
         self.refill_on(kind, now, lane)?;
-        let Some(from) = beyond else {
-            return Ok(());
-        };
-        if lane.cursor.as_deref().is_some_and(|c| from.as_str() < c)
-            || lane.ready.len() >= READY_HARD_MAX
-        {
-            return Ok(()); // The cursor's read passed it (or the lane holds all it may).
-        }
-        let batch =
-            crate::storage::queue::due_raw(&self.service.db, kind, now, Some(&from), BATCH)?;
-        for (key, bytes) in batch {
-            if !self.fair.is_taken(&key) {
-                lane.ready.insert(key, bytes);
+        for from in beyond {
+            if lane.cursor.as_deref().is_some_and(|c| from.as_str() < c)
+                || lane.ready.len() >= READY_HARD_MAX
+            {
+                continue; // The cursor's read passed it (or the lane holds all it may).
+            }
+            let db = &self.service.db;
+            let batch = crate::storage::queue::due_raw(db, kind, now, Some(&from), BEYOND_BATCH)?;
+            for (key, bytes) in batch {
+                if !lane.ready.holds_group_of(&key) && !self.fair.is_taken(&key) {
+                    lane.ready.insert(key, bytes);
+                }
             }
         }
         Ok(())
@@ -564,7 +587,7 @@ impl Shared {
             lane.drained = exhausted;
             for (key, bytes) in batch {
                 lane.cursor = Some(key.clone());
-                if !self.fair.is_taken(&key) && lane.ready.insert(key, bytes).is_none() {
+                if !self.fair.is_taken(&key) && lane.ready.insert(key, bytes) {
                     room -= 1;
                     if room == 0 {
                         return Ok(());
@@ -579,7 +602,7 @@ impl Shared {
     }
 
     /// Starts the lane's ready entries in due order, passing over at most `budget` targets
-    /// whose share is full (and every entry of theirs).
+    /// whose share is full (and every entry of theirs, at no further cost: see [`ready`]).
     fn dispatch_lane(
         self: &Arc<Self>,
         kind: WorkKind,
@@ -589,21 +612,16 @@ impl Shared {
     ) -> Result<()> {
         let pool = pool_of(kind);
         let mut skipped = 0;
-        let mut full: HashSet<&str> = HashSet::new();
         let mut started = Vec::new();
         let mut starting = Vec::new();
-        for (key, bytes) in &lane.ready {
+        let mut round = lane.ready.round();
+        while let Some((key, bytes, _)) = round.next() {
             if self.fair.free_in(pool) == 0 || skipped >= budget {
                 break; // A finishing attempt wakes the engine.
             }
-            let delivery = delivery_of_key(key);
-            let target = delivery.map(|(_, _, target)| target);
-            if target.is_some_and(|t| full.contains(t)) {
-                continue;
-            }
-            // Most entries a round passes over are over their share: tell from the key (and the
-            // owners already known) without decoding them.
-            let (slot, work) = match delivery.and_then(|d| self.slot_of_delivery(d)) {
+            // Most entries a round meets are its first of their target: tell the share from
+            // the key (and the owners already known) without decoding them.
+            let (slot, work) = match delivery_of_key(key).and_then(|d| self.slot_of_delivery(d)) {
                 Some(slot) => (slot, None),
                 None => {
                     let work: Work = crate::storage::Db::decode(key, bytes)?;
@@ -613,23 +631,22 @@ impl Shared {
             let ticket = match self.fair.try_start(key, slot) {
                 Ok(ticket) => ticket,
                 Err(NotStarted::InFlight) => {
-                    started.push(key.clone());
+                    started.push(key.to_owned());
                     continue;
                 }
                 Err(NotStarted::Busy) => {
-                    // Counted once a round per target (each entry, where a key names none).
-                    if target.is_none_or(|t| full.insert(t)) {
-                        skipped += 1;
-                    }
+                    // Its target's other entries wait for a later round with it.
+                    round.pass_over();
+                    skipped += 1;
                     continue;
                 }
             };
-            started.push(key.clone());
+            started.push(key.to_owned());
             let work = match work {
                 Some(work) => work,
                 None => crate::storage::Db::decode(key, bytes)?,
             };
-            starting.push((key.clone(), work, ticket));
+            starting.push((key.to_owned(), work, ticket));
         }
         for key in started {
             lane.ready.remove(&key);
@@ -952,14 +969,10 @@ impl Shared {
         if !succeeded {
             span.record("otel.status_code", "ERROR");
         }
-        // Made: the next invocation may take its place while this one is recorded.
-        if matches!(target, Target::Component(_)) {
-            ticket.finish_attempt();
-            self.done.notify_one();
-        }
-        let paused = self
-            .record(due_key, entry, outcome, ticket.holds_place())
-            .await?;
+        // Made: the next attempt may take its place while this one is recorded.
+        ticket.finish_attempt();
+        self.done.notify_one();
+        let paused = self.record(due_key, entry, outcome).await?;
         let kind = match &target {
             Target::Webhook(_) => TargetKind::Webhook,
             Target::Component(_) => TargetKind::Component,
@@ -1015,14 +1028,12 @@ impl Shared {
         due_key: &str,
         entry: &DueEntry,
         outcome: Outcome,
-        holds_place: bool,
     ) -> Result<Option<Paused>> {
         let (reply, recorded) = oneshot::channel();
         let pending = Pending {
             due_key: due_key.to_owned(),
             entry: entry.clone(),
             outcome,
-            holds_place,
             reply,
         };
         let gone = || Error::Internal(anyhow::anyhow!("the attempt recorder stopped"));
@@ -1108,8 +1119,8 @@ mod tests {
             .collect()
     }
 
-    /// A finished attempt as sent to the recorder; `holds_place`: see [`Pending::holds_place`].
-    fn finished(holds_place: bool) -> Pending {
+    /// A finished attempt as sent to the recorder.
+    fn finished() -> Pending {
         let now = Timestamp::UNIX_EPOCH;
         Pending {
             due_key: "due".into(),
@@ -1119,47 +1130,40 @@ mod tests {
                 event_id: EventId::generate(now),
             },
             outcome: Outcome::unsent(now, String::new()),
-            holds_place,
             reply: oneshot::channel().0,
         }
     }
 
     /// `tickets` running attempts: the first finishes at once, the others each after its delay
     /// (microseconds; `None`: still running when the test ends), and each is sent to the
-    /// recorder as the engine's attempts are: holding its place until recorded (a webhook
-    /// attempt), or, when `made`, after giving its place to the next one (an invocation).
-    /// Returns the recorder's first batch and how long it waited for it.
+    /// recorder as the engine's attempts are, after giving its place to the next one. Returns
+    /// the recorder's first batch and how long it waited for it.
     async fn batch_of(
         fair: &Arc<Fair>,
         tickets: Vec<fair::Ticket>,
         later: &[Option<u64>],
-        made: bool,
     ) -> (Vec<Pending>, Duration) {
         let (send, mut receive) = mpsc::unbounded_channel();
         let mut tickets = tickets.into_iter();
         let mut first = tickets.next().expect("a first attempt");
         let mut kept = Vec::new();
         // Their tickets, kept until the test ends (an entry stays in flight until recorded).
-        let mut made_ones = Vec::new();
+        let mut made = Vec::new();
         for (mut ticket, &delay) in tickets.zip(later) {
             let Some(micros) = delay else {
                 kept.push(ticket);
                 continue;
             };
             let send = send.clone();
-            made_ones.push(tokio::spawn(async move {
+            made.push(tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_micros(micros)).await;
-                if made {
-                    ticket.finish_attempt();
-                }
-                let _ = send.send(finished(ticket.holds_place()));
+                ticket.finish_attempt();
+                let _ = send.send(finished());
                 ticket
             }));
         }
-        if made {
-            first.finish_attempt();
-        }
-        let _ = send.send(finished(first.holds_place()));
+        first.finish_attempt();
+        let _ = send.send(finished());
         let started = Instant::now();
         let mut batch = Vec::new();
         receive.recv_many(&mut batch, RECORD_BATCH).await;
@@ -1167,43 +1171,71 @@ mod tests {
         (batch, started.elapsed())
     }
 
+    #[test]
+    fn work_queued_behind_the_cursor_of_a_full_lane_is_read_from_where_it_was_queued_too() {
+        let webhook = crate::storage::queue::lane_index(WorkKind::Webhook);
+        let key = |due: u64, store: &str| format!("work/webhook/{due:020}/{store}/whk_1/evt_1");
+        let mut lanes = Lanes::default();
+        let cursor = key(50, "sto_loud");
+        lanes.lanes[webhook].cursor = Some(cursor.clone());
+        let mut earliest: [Vec<String>; 4] = Default::default();
+        earliest[webhook] = vec![key(10, "sto_quiet")];
+        lanes.start_at(earliest);
+        let lane = &lanes.lanes[webhook];
+        let cursor_now = lane.cursor.as_deref().expect("a cursor");
+        assert!(cursor_now < key(10, "sto_quiet").as_str() && cursor_now < cursor.as_str());
+        // A lane too full to read on from its cursor still reads from the queued entry.
+        assert_eq!(lane.beyond, vec![just_before(&key(10, "sto_quiet"))]);
+        assert!(lane.queued && !lane.drained);
+        // Past the cursor: the cursor stays, the read from the entry is asked for.
+        let mut lanes = Lanes::default();
+        lanes.lanes[webhook].cursor = Some(cursor.clone());
+        let mut earliest: [Vec<String>; 4] = Default::default();
+        // Two stores' work queued since the last round: read from each.
+        earliest[webhook] = vec![key(90, "sto_loud"), key(90, "sto_quiet")];
+        lanes.start_at(earliest);
+        let lane = &lanes.lanes[webhook];
+        assert_eq!(lane.cursor.as_deref(), Some(cursor.as_str()));
+        assert_eq!(
+            lane.beyond,
+            vec![
+                just_before(&key(90, "sto_loud")),
+                just_before(&key(90, "sto_quiet"))
+            ]
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn an_attempt_alone_is_recorded_at_once() {
-        for made in [false, true] {
-            let fair = Fair::new(64, 8, 8);
-            let running = in_flight(&fair, 1);
-            let (batch, waited) = batch_of(&fair, running, &[], made).await;
-            assert_eq!(batch.len(), 1);
-            assert_eq!(waited, Duration::ZERO, "nothing else running: no wait");
-        }
+        let fair = Fair::new(64, 8, 8);
+        let running = in_flight(&fair, 1);
+        let (batch, waited) = batch_of(&fair, running, &[]).await;
+        assert_eq!(batch.len(), 1);
+        assert_eq!(waited, Duration::ZERO, "nothing else running: no wait");
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_batch_waits_for_the_attempts_in_flight_until_all_are_in_it() {
-        for made in [false, true] {
-            let fair = Fair::new(64, 8, 8);
-            let running = in_flight(&fair, 4);
-            // (tokio's timers tick in milliseconds.)
-            let later = [Some(0), Some(1_000), Some(1_000)];
-            let (batch, waited) = batch_of(&fair, running, &later, made).await;
-            assert_eq!(batch.len(), 4, "the three still running joined the first");
-            assert_eq!(
-                waited,
-                Duration::from_millis(1),
-                "recorded once the last was in (made: {made})"
-            );
-        }
+        let fair = Fair::new(64, 8, 8);
+        let running = in_flight(&fair, 4);
+        // (tokio's timers tick in milliseconds.)
+        let later = [Some(0), Some(1_000), Some(1_000)];
+        let (batch, waited) = batch_of(&fair, running, &later).await;
+        assert_eq!(batch.len(), 4, "the three still running joined the first");
+        assert_eq!(
+            waited,
+            Duration::from_millis(1),
+            "recorded once the last was in"
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_batch_waits_no_longer_than_the_linger_for_a_slow_attempt() {
-        for made in [false, true] {
-            let fair = Fair::new(64, 8, 8);
-            let running = in_flight(&fair, 3);
-            // The third is still running after the linger (a slow receiver).
-            let (batch, waited) = batch_of(&fair, running, &[Some(1_000), None], made).await;
-            assert_eq!(batch.len(), 2);
-            assert_eq!(waited, RECORD_LINGER);
-        }
+        let fair = Fair::new(64, 8, 8);
+        let running = in_flight(&fair, 3);
+        // The third is still running after the linger (a slow receiver).
+        let (batch, waited) = batch_of(&fair, running, &[Some(1_000), None]).await;
+        assert_eq!(batch.len(), 2);
+        assert_eq!(waited, RECORD_LINGER);
     }
 }

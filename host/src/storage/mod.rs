@@ -369,12 +369,12 @@ impl Db {
 }
 
 /// What a commit tells the other processes on the same storage: `work` (it queued work), a
-/// `q <lane> <key>` line for the earliest key it queued in each lane, and a `w <prefix>` line for
-/// each prefix of the watches it touched.
+/// `q <lane> <key>` line for the earliest key it queued in each lane for each store, and a
+/// `w <prefix>` line for each prefix of the watches it touched.
 fn announcement(watches: &[Arc<Changes>], touched: u64, queued: &queue::Queued) -> String {
     let mut message = String::from("work");
-    for (lane, key) in queued.lanes().iter().enumerate() {
-        if let Some(key) = key {
+    for (lane, keys) in queued.lanes().iter().enumerate() {
+        for key in keys {
             message.push_str(&format!("\nq {lane} {key}"));
         }
     }

@@ -20,8 +20,10 @@ use crate::model::ids::{MessageId, StoreId};
 use crate::model::work::{WORK_PREFIX, Work, WorkKind, due_ms_of};
 
 /// What the delivery engine waits on: rung after every commit that queued work (or an event to
-/// fan out), with the earliest key the commits queued in each lane since the engine last looked,
-/// so that it reads each lane from there instead of from its head (where the work in flight is).
+/// fan out), with the earliest key the commits queued in each lane for each store since the
+/// engine last looked, so that it reads each lane from there instead of from its head (where the
+/// work in flight is), and finds one store's new work even behind another's backlog queued in
+/// the same millisecond.
 #[derive(Debug, Default)]
 pub struct Signal {
     notify: tokio::sync::Notify,
@@ -41,50 +43,66 @@ impl Signal {
 
     /// Rings after a commit that queued `queued`.
     pub(super) fn ring_queued(&self, queued: &Queued) {
-        if queued.0.iter().any(Option::is_some) {
+        if queued.0.iter().any(|keys| !keys.is_empty()) {
             let mut earliest = self.earliest.lock().unwrap_or_else(|e| e.into_inner());
-            for (mine, theirs) in earliest.0.iter_mut().zip(&queued.0) {
-                if let Some(key) = theirs
-                    && mine.as_ref().is_none_or(|m| key < m)
-                {
-                    *mine = Some(key.clone());
+            for (lane, keys) in queued.0.iter().enumerate() {
+                for key in keys {
+                    earliest.note_lane(lane, key);
                 }
             }
         }
         self.ring();
     }
 
-    /// The earliest key queued in `kind`'s lane since the last call, and forgets them all.
-    pub fn take_earliest(&self) -> [Option<String>; 4] {
+    /// The earliest key queued in each lane for each store (a few stores; see [`Queued`]) since
+    /// the last call, and forgets them all.
+    pub fn take_earliest(&self) -> [Vec<String>; 4] {
         let mut earliest = self.earliest.lock().unwrap_or_else(|e| e.into_inner());
         std::mem::take(&mut earliest.0)
     }
 }
 
-/// The earliest key queued in each lane (in the order of [`WorkKind::ALL`]).
+/// Stores whose earliest key [`Queued`] keeps apart in a lane: past them, a key takes the place
+/// of the latest one when it is earlier (the engine's cursor and sweep find the others).
+pub const STORES_NOTED: usize = 16;
+
+/// The earliest key queued in each lane (in the order of [`WorkKind::ALL`]) for each store, of
+/// [`STORES_NOTED`] stores at most.
 #[derive(Debug, Default)]
-pub(super) struct Queued([Option<String>; 4]);
+pub(super) struct Queued([Vec<String>; 4]);
+
+/// The store a queue key names (`work/{kind}/{due}/{store}/…`).
+fn store_of_key(key: &str) -> &str {
+    key.split('/').nth(3).unwrap_or(key)
+}
 
 impl Queued {
-    /// The earliest key of each lane, in lane order.
-    pub(super) fn lanes(&self) -> &[Option<String>; 4] {
+    /// The earliest keys of each lane, in lane order.
+    pub(super) fn lanes(&self) -> &[Vec<String>; 4] {
         &self.0
     }
 
-    /// Notes `key` as queued in lane `index` (heard from another process).
+    /// Notes `key` as queued in lane `index` (also what another process announced).
     pub(super) fn note_lane(&mut self, index: usize, key: &str) {
-        if let Some(slot) = self.0.get_mut(index)
-            && slot.as_deref().is_none_or(|s| key < s)
+        let Some(keys) = self.0.get_mut(index) else {
+            return;
+        };
+        let store = store_of_key(key);
+        if let Some(same) = keys.iter_mut().find(|k| store_of_key(k) == store) {
+            if key < same.as_str() {
+                *same = key.to_owned();
+            }
+        } else if keys.len() < STORES_NOTED {
+            keys.push(key.to_owned());
+        } else if let Some(latest) = keys.iter_mut().max()
+            && key < latest.as_str()
         {
-            *slot = Some(key.to_owned());
+            *latest = key.to_owned();
         }
     }
 
     fn note(&mut self, kind: WorkKind, key: &str) {
-        let slot = &mut self.0[lane_index(kind)];
-        if slot.as_deref().is_none_or(|s| key < s) {
-            *slot = Some(key.to_owned());
-        }
+        self.note_lane(lane_index(kind), key);
     }
 }
 
@@ -380,18 +398,19 @@ mod tests {
         let earliest = signal.take_earliest();
         assert_eq!(
             earliest[lane_index(WorkKind::Message)],
-            Some(message(1).key(at(10)))
+            vec![message(1).key(at(10))]
         );
         assert_eq!(
             earliest[lane_index(WorkKind::Mail)]
-                .as_deref()
-                .map(due_ms_of),
-            Some(Some(5000))
+                .iter()
+                .map(|k| due_ms_of(k))
+                .collect::<Vec<_>>(),
+            vec![Some(5000)]
         );
-        assert_eq!(earliest[lane_index(WorkKind::Webhook)], None);
+        assert!(earliest[lane_index(WorkKind::Webhook)].is_empty());
         assert_eq!(
             signal.take_earliest(),
-            <[Option<String>; 4]>::default(),
+            <[Vec<String>; 4]>::default(),
             "taken"
         );
 
@@ -400,7 +419,47 @@ mod tests {
             tx.enqueue(&message(0), at(1))?;
             Err::<(), _>(crate::model::error::Error::invalid("x", "abort"))
         });
-        assert_eq!(signal.take_earliest(), <[Option<String>; 4]>::default());
+        assert_eq!(signal.take_earliest(), <[Vec<String>; 4]>::default());
+    }
+
+    #[test]
+    fn a_commit_tells_each_stores_earliest_work_apart_for_a_few_stores() {
+        let (db, _dir) = temp_db();
+        let signal = db.delivery_signal();
+        let of = |store: &str, n: u32| Work::Message {
+            store_id: store.parse().expect("id"),
+            message_id: format!("msg_{n}").parse().expect("id"),
+        };
+        // Another store's work queued in the same commit as one store's backlog, later in key
+        // order: told apart, so the engine reads from each.
+        db.tx(|tx| {
+            for n in 0..100 {
+                tx.enqueue(&of("store_a", n), at(10))?;
+            }
+            tx.enqueue(&of("store_b", 0), at(10))?;
+            tx.enqueue(&of("store_a", 100), at(5))
+        })
+        .expect("enqueue");
+        let lane = lane_index(WorkKind::Message);
+        assert_eq!(
+            signal.take_earliest()[lane],
+            vec![of("store_a", 100).key(at(5)), of("store_b", 0).key(at(10))]
+        );
+        // Past a few stores, the earliest keys are kept.
+        db.tx(|tx| {
+            for n in 0..(STORES_NOTED as u32 + 4) {
+                tx.enqueue(&of(&format!("store_{n:02}"), n), at(100 - i64::from(n)))?;
+            }
+            Ok(())
+        })
+        .expect("enqueue");
+        let mut kept = signal.take_earliest()[lane].clone();
+        kept.sort();
+        let mut expected: Vec<String> = (4..STORES_NOTED as u32 + 4)
+            .map(|n| of(&format!("store_{n:02}"), n).key(at(100 - i64::from(n))))
+            .collect();
+        expected.sort();
+        assert_eq!(kept, expected);
     }
 
     #[test]
