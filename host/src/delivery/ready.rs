@@ -41,13 +41,20 @@ impl Ready {
     /// Adds the entry at `key`; returns whether it was not ready already (an entry read again
     /// keeps its place and takes the bytes read last).
     pub(super) fn insert(&mut self, key: String, bytes: Vec<u8>) -> bool {
-        let group = group_of(&key).to_owned();
-        let entries = self.groups.entry(group.clone()).or_default();
-        let head = entries.keys().next().cloned();
-        if head.as_deref().is_none_or(|head| key.as_str() < head) {
-            if let Some(head) = head {
-                self.heads.remove(&(head, group.clone()));
-            }
+        let group = group_of(&key);
+        let Some(entries) = self.groups.get_mut(group) else {
+            let group = group.to_owned();
+            self.heads.insert((key.clone(), group.clone()));
+            self.groups.insert(group, BTreeMap::from([(key, bytes)]));
+            self.len += 1;
+            return true;
+        };
+        // (Allocates only when the entry becomes its group's first.)
+        if let Some(head) = entries.keys().next()
+            && key.as_str() < head.as_str()
+        {
+            let group = group.to_owned();
+            self.heads.remove(&(head.clone(), group.clone()));
             self.heads.insert((key.clone(), group));
         }
         let new = entries.insert(key, bytes).is_none();
