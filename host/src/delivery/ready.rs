@@ -74,10 +74,13 @@ impl Ready {
         }
         self.len -= 1;
         if was_head {
-            self.heads.remove(&(key.to_owned(), group.to_owned()));
+            // The group's place in `heads` moves to its next entry (one key allocated for both).
+            let mut head = (key.to_owned(), group.to_owned());
+            self.heads.remove(&head);
             match entries.keys().next() {
                 Some(next) => {
-                    self.heads.insert((next.clone(), group.to_owned()));
+                    head.0.clone_from(next);
+                    self.heads.insert(head);
                 }
                 None => {
                     self.groups.remove(group);
