@@ -423,10 +423,25 @@ struct Lane {
     /// Where new work was queued, for each store (a few: see
     /// [`STORES_NOTED`](crate::storage::queue::STORES_NOTED)): read from each too next round, even
     /// into a full window (a store's event behind another's backlog that fills it), a few entries
-    /// at most ([`BEYOND_BATCH`]), of which only those of targets with none ready are kept (a
-    /// target with entries ready has work to start already; its later ones come with the
-    /// cursor), so that one store's backlog does not fill the lane through these reads.
+    /// at most ([`BEYOND_BATCH`]), of which only those of targets with fewer ready than they may
+    /// start at once are kept ([`Lane::keep_beyond`]), so that one store's backlog does not fill
+    /// the lane through these reads.
     beyond: Vec<String>,
+}
+
+impl Lane {
+    /// Keeps the entries of a read past the window ([`Lane::beyond`]) that are not in flight
+    /// (`taken`) while their target holds fewer ready than it may start at once
+    /// ([`MAX_IN_FLIGHT_PER_TARGET`]): a quiet store's events committed together all come in
+    /// (its target has none or few ready), a backlog's targets, whose next attempts are ready
+    /// already, get none (their later ones come with the cursor).
+    fn keep_beyond(&mut self, batch: Vec<(String, Vec<u8>)>, taken: impl Fn(&str) -> bool) {
+        for (key, bytes) in batch {
+            if self.ready.ready_in_group_of(&key) < MAX_IN_FLIGHT_PER_TARGET && !taken(&key) {
+                self.ready.insert(key, bytes);
+            }
+        }
+    }
 }
 
 /// Entries read from where a store queued new work (see [`Lane::beyond`]).
@@ -541,7 +556,7 @@ impl Shared {
     }
 
     /// Reads the lane's due entries into memory: on from its cursor ([`Shared::refill_on`]),
-    /// and a batch from where new work was queued past it, for targets with none ready
+    /// and a batch from where new work was queued past it, for targets with few ready
     /// ([`Lane::beyond`]).
     fn refill(&self, kind: WorkKind, now: Timestamp, lane: &mut Lane) -> Result<()> {
         let beyond = std::mem::take(&mut lane.beyond);
@@ -554,11 +569,7 @@ impl Shared {
             }
             let db = &self.service.db;
             let batch = crate::storage::queue::due_raw(db, kind, now, Some(&from), BEYOND_BATCH)?;
-            for (key, bytes) in batch {
-                if !lane.ready.holds_group_of(&key) && !self.fair.is_taken(&key) {
-                    lane.ready.insert(key, bytes);
-                }
-            }
+            lane.keep_beyond(batch, |key| self.fair.is_taken(key));
         }
         Ok(())
     }
@@ -1203,6 +1214,45 @@ mod tests {
                 just_before(&key(90, "sto_quiet"))
             ]
         );
+    }
+
+    #[test]
+    fn a_read_past_the_window_brings_every_event_of_a_quiet_target_and_none_of_a_backlog() {
+        let key = |target: &str, n: usize| format!("work/webhook/{n:020}/sto_1/{target}/evt_{n}");
+        let entry = |target: &str, n: usize| (key(target, n), Vec::new());
+        let mut lane = Lane::default();
+        // A backlog's target with what it may start at once ready, and a target with one fewer.
+        for n in 0..MAX_IN_FLIGHT_PER_TARGET {
+            lane.ready.insert(key("whk_loud", n), Vec::new());
+        }
+        for n in 1..MAX_IN_FLIGHT_PER_TARGET {
+            lane.ready.insert(key("whk_busy", n), Vec::new());
+        }
+        let before = lane.ready.len();
+        // Read from where a commit queued work: the quiet target's three events, one of them in
+        // flight already (started, its attempt not recorded yet), and the others' next ones.
+        let batch = vec![
+            entry("whk_loud", 100),
+            entry("whk_quiet", 101),
+            entry("whk_busy", 102),
+            entry("whk_quiet", 103),
+            entry("whk_busy", 104),
+            entry("whk_quiet", 105),
+            entry("whk_loud", 106),
+        ];
+        let in_flight = key("whk_quiet", 105);
+        lane.keep_beyond(batch, |k| k == in_flight);
+        assert_eq!(lane.ready.ready_in_group_of(&key("whk_quiet", 0)), 2);
+        assert_eq!(
+            lane.ready.ready_in_group_of(&key("whk_busy", 0)),
+            MAX_IN_FLIGHT_PER_TARGET,
+            "topped up to what it may start at once, no further"
+        );
+        assert_eq!(
+            lane.ready.ready_in_group_of(&key("whk_loud", 0)),
+            MAX_IN_FLIGHT_PER_TARGET
+        );
+        assert_eq!(lane.ready.len(), before + 3);
     }
 
     #[tokio::test(start_paused = true)]

@@ -33,9 +33,9 @@ impl Ready {
         self.len
     }
 
-    /// Whether entries of the group of `key` (its target) are ready.
-    pub(super) fn holds_group_of(&self, key: &str) -> bool {
-        self.groups.contains_key(group_of(key))
+    /// How many entries of the group of `key` (its target) are ready.
+    pub(super) fn ready_in_group_of(&self, key: &str) -> usize {
+        self.groups.get(group_of(key)).map_or(0, BTreeMap::len)
     }
 
     /// Adds the entry at `key`; returns whether it was not ready already (an entry read again
@@ -283,7 +283,8 @@ mod tests {
         assert_eq!(taken(&ready, &[]), vec![b.clone(), a[1].clone()]);
         // An earlier entry of a group becomes its head.
         let early = key(1, "s", "wh_a", 4);
-        assert!(ready.holds_group_of(&early) && !ready.holds_group_of(&key(1, "s", "wh_c", 5)));
+        assert_eq!(ready.ready_in_group_of(&early), 1);
+        assert_eq!(ready.ready_in_group_of(&key(1, "s", "wh_c", 5)), 0);
         ready.insert(early.clone(), early.as_bytes().to_vec());
         assert_eq!(
             taken(&ready, &[]),

@@ -493,19 +493,74 @@ async fn slow_receivers_of_one_plugin_leave_the_engine_to_another_store() {
     another_store_is_served(&host, &receiver, "/slow", 4).await;
 }
 
-#[tokio::test]
-async fn another_stores_event_is_delivered_while_a_burst_larger_than_the_engines_window_waits() {
+/// A host whose engine's window a burst holds: one plugin with 50 subscriptions to a receiver
+/// (`/loud`) that takes 10 s to answer, and 40 events: 2 000 deliveries due at once, more than the
+/// engine reads into memory at a time (1 280), all of one installation, which may hold 32 of the
+/// engine's 64 places; returned once those 32 hang.
+async fn burst_holding_the_window() -> (TestHost, Receiver) {
     let host = TestHost::start_for_webhooks(|_| {}).await;
     let receiver = Receiver::start().await;
     receiver.set("/loud", Behavior::Hang(Duration::from_secs(10)));
-    // One plugin with 50 subscriptions to a receiver that takes 10 s to answer, and 40 events:
-    // 2 000 deliveries due at once, more than the engine reads into memory at a time (1 280),
-    // all of one installation, which may hold 32 of the engine's 64 places.
     store_bursting(&host, &receiver, "loud.example", "/loud", 50, 40).await;
     receiver
         .wait_for("/loud", 32, Duration::from_secs(10))
         .await;
+    (host, receiver)
+}
+
+#[tokio::test]
+async fn another_stores_event_is_delivered_while_a_burst_larger_than_the_engines_window_waits() {
+    let (host, receiver) = burst_holding_the_window().await;
     // Delivered while the loud store's first attempts still hang (they take 10 s), not after
     // its 2 000 deliveries.
     another_store_is_served(&host, &receiver, "/loud", 5).await;
+}
+
+#[tokio::test]
+async fn another_stores_events_committed_together_all_come_out_while_a_burst_waits() {
+    let (host, receiver) = burst_holding_the_window().await;
+    // Another store's one order takes two variants below their thresholds: two events for its
+    // one subscription in one commit, both queued behind the burst, which holds the engine's
+    // window for 10 s. Both are delivered now, not the first now and the second once the
+    // engine's cursor has read its way through the burst.
+    let (_, token) = host.store_with_plugin("other.example", &ALL_SCOPES).await;
+    host.subscribe(
+        &token,
+        &receiver.url("/other"),
+        &["product.inventory.updated"],
+    )
+    .await;
+    let mut variants = Vec::new();
+    for sku in ["MUG-1", "MUG-2"] {
+        let product = host
+            .call(
+                &token,
+                Method::POST,
+                "/v1/products",
+                Some(
+                    json!({"title": sku, "variants": [{"price": 1250, "currency": "EUR",
+                    "inventory_quantity": 10, "low_stock_threshold": 5, "sku": sku}]}),
+                ),
+            )
+            .await
+            .expect(201)
+            .body;
+        variants.push(product["variants"][0]["id"].clone());
+    }
+    host.call(
+        &token,
+        Method::POST,
+        "/v1/orders",
+        Some(json!({"currency": "EUR", "line_items": [
+            {"variant_id": variants[0], "quantity": 6},
+            {"variant_id": variants[1], "quantity": 6}]})),
+    )
+    .await
+    .expect(201);
+    receiver.wait_for("/other", 2, Duration::from_secs(5)).await;
+    let in_flight = receiver.requests("/loud").len();
+    assert!(
+        in_flight <= 32,
+        "one installation took {in_flight} of the engine's places"
+    );
 }
