@@ -41,10 +41,24 @@ fn enqueue(tx: &mut Tx<'_>, delivery: &mut Delivery, at: Timestamp) -> Result<()
 /// only a few.
 const FAN_OUT_PER_TX: usize = 32;
 
+/// Deliveries one fan-out transaction makes at most (an event with more makes them in one of its
+/// own): a transaction holds sled's lock while it runs, and an event fanned out in it waits for
+/// the whole of it, so a few hundred deliveries, not 32 events of 50 subscriptions each.
+const FAN_OUT_DELIVERIES_PER_TX: usize = 256;
+
+/// An outbox entry read for its fan-out: its key, the entry, its event (`None`: expired) and
+/// the targets that may want it.
+type Prepared = (String, OutboxEntry, Option<Event>, Vec<TargetRef>);
+
 /// Fans out up to `limit` outbox entries, a few per transaction; returns how many it took. Each
 /// committed event is counted in the service's metrics once, when the transaction that removes
 /// its outbox entry commits; and each event that went to some target is handed to `fanned_out`
 /// then (the engine keeps it for its attempts, which would otherwise read it again).
+///
+/// The entries go in the order [`stores_interleaved`] gives, each store's in the order they were
+/// committed, and a transaction ends at [`FAN_OUT_PER_TX`] entries or
+/// [`FAN_OUT_DELIVERIES_PER_TX`] deliveries: another store's event behind one store's backlog in
+/// the outbox goes out in the first transaction, a small one.
 pub fn fan_out(
     service: &Service,
     now: Timestamp,
@@ -52,53 +66,89 @@ pub fn fan_out(
     mut fanned_out: impl FnMut(Event),
 ) -> Result<usize> {
     let db = &service.db;
-    let batch: Vec<(String, OutboxEntry)> = db.list(OUTBOX_PREFIX, None, false, limit)?;
-    let chunks: Vec<&[(String, OutboxEntry)]> = batch.chunks(FAN_OUT_PER_TX).collect();
-    // Hosts sharing the database list the same entries: each starts at a chunk of its own, so
-    // that two hosts do not both fan out the first chunk (one would lose the conflict and
+    let mut batch = stores_interleaved(db.list(OUTBOX_PREFIX, None, false, limit)?);
+    let listed = batch.len();
+    // Hosts sharing the database list the same entries: each starts at a part of its own, so
+    // that two hosts do not both fan out the first entries (one would lose the conflict and
     // repeat its transaction) but each a different part of the burst.
-    let start = if db.is_shared() && !chunks.is_empty() {
-        service.holder.spread() % chunks.len()
-    } else {
-        0
-    };
-    for &chunk in chunks[start..].iter().chain(&chunks[..start]) {
-        let mut prepared = Vec::with_capacity(chunk.len());
-        for (key, entry) in chunk {
-            let event: Option<Event> = db.read(&event_key(&entry.store_id, &entry.event_id))?;
-            let candidates = match &event {
-                Some(event) => target::candidates(service, &entry.store_id, event)?,
-                None => Vec::new(),
-            };
-            prepared.push((key, entry, event, candidates));
+    if db.is_shared() && !batch.is_empty() {
+        let parts = batch.len().div_ceil(FAN_OUT_PER_TX);
+        batch.rotate_left(service.holder.spread() % parts * FAN_OUT_PER_TX);
+    }
+    let mut chunk: Vec<Prepared> = Vec::new();
+    let mut deliveries = 0;
+    let mut entries = batch.into_iter().peekable();
+    while let Some((key, entry)) = entries.next() {
+        let event: Option<Event> = db.read(&event_key(&entry.store_id, &entry.event_id))?;
+        let candidates = match &event {
+            Some(event) => target::candidates(service, &entry.store_id, event)?,
+            None => Vec::new(),
+        };
+        if !chunk.is_empty() && deliveries + candidates.len() > FAN_OUT_DELIVERIES_PER_TX {
+            fan_out_chunk(service, now, std::mem::take(&mut chunk), &mut fanned_out)?;
+            deliveries = 0;
         }
-        let fanned = db.tx_relaxed(|tx| {
-            // What the entries below read, in one round trip where hosts share PostgreSQL.
-            let outbox = prepared.iter().map(|(key, ..)| key.to_string());
-            let targets = prepared.iter().flat_map(|(_, entry, _, candidates)| {
-                candidates
-                    .iter()
-                    .map(|c| target::record_key(&entry.store_id, c))
-            });
-            tx.prefetch(outbox.chain(targets))?;
-            let mut read = target::TargetsRead::default();
-            prepared
+        deliveries += candidates.len();
+        chunk.push((key, entry, event, candidates));
+        if chunk.len() == FAN_OUT_PER_TX || entries.peek().is_none() {
+            fan_out_chunk(service, now, std::mem::take(&mut chunk), &mut fanned_out)?;
+            deliveries = 0;
+        }
+    }
+    Ok(listed)
+}
+
+/// The order a batch of outbox entries is fanned out in: every store's first entry (in the
+/// order of the batch), then every store's second, and so on. A store's own entries keep the
+/// order they were committed in.
+fn stores_interleaved(batch: Vec<(String, OutboxEntry)>) -> Vec<(String, OutboxEntry)> {
+    let mut seen = std::collections::HashMap::new();
+    let ranks: Vec<usize> = batch
+        .iter()
+        .map(|(_, entry)| {
+            let n = seen.entry(&entry.store_id).or_insert(0usize);
+            *n += 1;
+            *n
+        })
+        .collect();
+    let mut ranked: Vec<_> = ranks.into_iter().zip(batch).collect();
+    ranked.sort_by_key(|(rank, _)| *rank); // Stable: the batch's order within a rank.
+    ranked.into_iter().map(|(_, entry)| entry).collect()
+}
+
+/// One fan-out transaction: the entries of `chunk`, read and ready.
+fn fan_out_chunk(
+    service: &Service,
+    now: Timestamp,
+    chunk: Vec<Prepared>,
+    fanned_out: &mut impl FnMut(Event),
+) -> Result<()> {
+    let fanned = service.db.tx_relaxed(|tx| {
+        // What the entries below read, in one round trip where hosts share PostgreSQL.
+        let outbox = chunk.iter().map(|(key, ..)| key.clone());
+        let targets = chunk.iter().flat_map(|(_, entry, _, candidates)| {
+            candidates
                 .iter()
-                .map(|(key, entry, event, candidates)| {
-                    fan_out_one(tx, &mut read, key, entry, event.as_ref(), candidates, now)
-                })
-                .collect::<Result<Vec<bool>>>()
-        })?;
-        for ((_, _, event, candidates), fanned) in prepared.into_iter().zip(fanned) {
-            if fanned && let Some(event) = event {
-                service.metrics.event_emitted(event.kind().as_str());
-                if !candidates.is_empty() {
-                    fanned_out(event);
-                }
+                .map(|c| target::record_key(&entry.store_id, c))
+        });
+        tx.prefetch(outbox.chain(targets))?;
+        let mut read = target::TargetsRead::default();
+        chunk
+            .iter()
+            .map(|(key, entry, event, candidates)| {
+                fan_out_one(tx, &mut read, key, entry, event.as_ref(), candidates, now)
+            })
+            .collect::<Result<Vec<bool>>>()
+    })?;
+    for ((_, _, event, candidates), fanned) in chunk.into_iter().zip(fanned) {
+        if fanned && let Some(event) = event {
+            service.metrics.event_emitted(event.kind().as_str());
+            if !candidates.is_empty() {
+                fanned_out(event);
             }
         }
     }
-    Ok(batch.len())
+    Ok(())
 }
 
 /// In the fan-out's transaction: turns one outbox entry into a delivery per target that still
@@ -522,6 +572,124 @@ pub(crate) mod tests {
             Service::with_options(db, Arc::new(clock.clone()), "admin", options).expect("service");
         publish_hooked(&service, "hooked");
         (service, clock, dir)
+    }
+
+    /// Publishes the plugin `name`, whose manifest has `hooks` webhooks taking `order.paid`.
+    fn publish_paid_hooks(service: &Service, name: &str, hooks: usize) {
+        let webhooks: Vec<_> = (0..hooks)
+            .map(|n| {
+                serde_json::json!({"url": format!("https://1.1.1.1/paid/{n}"),
+                    "events": ["order.paid"], "secret": "0123456789abcdef"})
+            })
+            .collect();
+        let manifest = serde_json::from_value(serde_json::json!({
+            "name": name, "version": "1.0.0", "contact_email": "dev@hooked.example",
+            "scopes": ["orders.read"], "webhooks": webhooks,
+        }))
+        .expect("manifest");
+        service
+            .publish_plugin(manifest, &BTreeMap::new(), None)
+            .expect("publish");
+    }
+
+    /// An `order.paid` event committed to `store`.
+    fn paid(service: &Service, store: &crate::model::store::Store, n: usize) -> Event {
+        use crate::model::event::data::{OrderPaid, PaidOrder};
+        let data = OrderPaid {
+            order: PaidOrder {
+                id: format!("ord_{n}").parse().expect("order id"),
+                total: 4200,
+                currency: "EUR".into(),
+            },
+        };
+        service
+            .db
+            .tx(|tx| tx.emit(&store.reference(), data.clone(), service.now()))
+            .expect("emit")
+    }
+
+    #[test]
+    fn another_stores_event_behind_a_backlog_in_the_outbox_goes_out_in_the_first_small_transaction()
+    {
+        let (service, _clock, _dir) = with_hooked_plugin();
+        publish_paid_hooks(&service, "loud", 20);
+        publish_paid_hooks(&service, "quiet", 1);
+        let loud = service.create_store("loud.example").expect("store");
+        service.install(&loud.id, "loud").expect("install");
+        let quiet = service.create_store("quiet.example").expect("store");
+        service.install(&quiet.id, "quiet").expect("install");
+        fan_out(&service, service.now(), 256, drop).expect("the installations' events");
+        // One store's backlog of 20 events, 20 deliveries each, then another store's event.
+        for n in 0..20 {
+            paid(&service, &loud, n);
+        }
+        let other = paid(&service, &quiet, 100);
+        // Each event as its transaction commits, with the deliveries made so far.
+        let mut told = Vec::new();
+        let count = || {
+            service
+                .db
+                .list::<serde_json::Value>("dlv/", None, false, 1000)
+                .expect("deliveries")
+                .len()
+        };
+        let taken = fan_out(&service, service.now(), 256, |event| {
+            told.push((event.id, count()));
+        })
+        .expect("fan out");
+        assert_eq!(taken, 21);
+        assert_eq!(told.len(), 21);
+        assert_eq!(told[1].0, other.id, "second, after the other store's first");
+        let made: std::collections::BTreeSet<usize> = told.iter().map(|(_, n)| *n).collect();
+        assert_eq!(made.last(), Some(&(20 * 20 + 1)), "every delivery made");
+        let mut before = 0;
+        for n in &made {
+            assert!(
+                n - before <= FAN_OUT_DELIVERIES_PER_TX,
+                "a transaction made {}",
+                n - before
+            );
+            before = *n;
+        }
+        assert!(made.len() > 1, "the backlog took more than one transaction");
+    }
+
+    #[test]
+    fn a_batch_takes_every_stores_first_entry_first_and_keeps_each_stores_order() {
+        let entry = |store: &str, n: u32| {
+            let entry = OutboxEntry {
+                store_id: store.parse().expect("store id"),
+                event_id: crate::model::ids::EventId::generate(Timestamp::UNIX_EPOCH),
+                cause: None,
+                trace: None,
+            };
+            (format!("{store}/{n}"), entry)
+        };
+        let batch = vec![
+            entry("store_a", 1),
+            entry("store_a", 2),
+            entry("store_a", 3),
+            entry("store_b", 1),
+            entry("store_a", 4),
+            entry("store_c", 1),
+            entry("store_b", 2),
+        ];
+        let order: Vec<String> = stores_interleaved(batch)
+            .into_iter()
+            .map(|(key, _)| key)
+            .collect();
+        assert_eq!(
+            order,
+            [
+                "store_a/1",
+                "store_b/1",
+                "store_c/1",
+                "store_a/2",
+                "store_b/2",
+                "store_a/3",
+                "store_a/4"
+            ]
+        );
     }
 
     /// Publishes the plugin `name`, whose manifest webhook takes `plugin.installed`.
