@@ -239,6 +239,38 @@ impl TestHost {
         Self::read(req).await
     }
 
+    /// Sends a request's head announcing a body of `content_length` bytes, and only `body_start`
+    /// of it, then reads the reply: how a client meets a refusal made from the head alone (a
+    /// body over the limit), without its own write of the rest racing the server's close of the
+    /// connection (which a client writing the whole body sees as a broken pipe, not the reply).
+    pub async fn send_head(&self, head: &str, content_length: usize, body_start: &[u8]) -> Reply {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let addr = self.base.trim_start_matches("http://");
+        let mut socket = tokio::net::TcpStream::connect(addr)
+            .await
+            .expect("connected");
+        let head = format!("{head}\r\nHost: {addr}\r\nContent-Length: {content_length}\r\n\r\n");
+        socket.write_all(head.as_bytes()).await.expect("head sent");
+        socket.write_all(body_start).await.expect("body start sent");
+        let mut raw = Vec::new();
+        loop {
+            let mut chunk = [0u8; 8192];
+            let read = tokio::time::timeout(Duration::from_secs(10), socket.read(&mut chunk))
+                .await
+                .expect("a reply within 10 s")
+                .expect("reply read");
+            raw.extend_from_slice(&chunk[..read]);
+            if let Some(reply) = parse_reply(&raw) {
+                return reply;
+            }
+            assert!(
+                read > 0,
+                "closed before a whole reply: {}",
+                String::from_utf8_lossy(&raw)
+            );
+        }
+    }
+
     /// Sends a prepared request and reads the reply.
     pub async fn read(req: reqwest::RequestBuilder) -> Reply {
         let response = req.send().await.expect("request sent");
@@ -579,3 +611,33 @@ pub const ALL_SCOPES: [&str; 6] = [
     "customers.read",
     "customers.write",
 ];
+
+/// A whole HTTP/1.1 reply with a `Content-Length` body, once `raw` holds it.
+fn parse_reply(raw: &[u8]) -> Option<Reply> {
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&raw[..end]).expect("a text head");
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines
+        .next()?
+        .split(' ')
+        .nth(1)?
+        .parse()
+        .expect("a status code");
+    let mut headers = reqwest::header::HeaderMap::new();
+    for line in lines {
+        let (name, value) = line.split_once(':').expect("a header line");
+        headers.append(
+            reqwest::header::HeaderName::from_bytes(name.trim().as_bytes()).expect("a name"),
+            reqwest::header::HeaderValue::from_str(value.trim()).expect("a value"),
+        );
+    }
+    let length: usize = headers
+        .get("content-length")
+        .map_or(Some(0), |v| v.to_str().ok()?.parse().ok())?;
+    let body = raw.get(end + 4..end + 4 + length)?;
+    Some(Reply {
+        status,
+        headers,
+        body: serde_json::from_slice(body).unwrap_or(Value::Null),
+    })
+}

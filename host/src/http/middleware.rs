@@ -49,7 +49,8 @@ pub struct ErrorObject {
 }
 
 /// The one layer around every request, in this order: gives it an id; refuses oversized
-/// headers ([`super::serve::check_header_limits`]); runs it, on the blocking pool when it may
+/// headers ([`super::serve::check_header_limits`]) and a body announced over the limit
+/// ([`super::serve::check_announced_body`]); runs it, on the blocking pool when it may
 /// write ([`off_the_workers`]); counts and times it ([`super::metrics::track`]); and writes the
 /// body of every error response with its id: ours (left as an [`ErrorBody`] extension) and
 /// axum's own (an empty 405, say) alike. One layer rather than one each, since every layer costs
@@ -84,7 +85,9 @@ pub async fn request_context(
     {
         crate::telemetry::set_parent(&span, parent);
     }
-    let mut response = match super::serve::check_header_limits(req.headers()) {
+    let checked = super::serve::check_header_limits(req.headers())
+        .and_then(|()| super::serve::check_announced_body(req.headers()));
+    let mut response = match checked {
         Err(e) => e.into_response(),
         // On a database other hosts share, every read is a network round trip: reads go to the
         // blocking pool too.

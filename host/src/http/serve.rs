@@ -57,6 +57,23 @@ pub fn check_header_limits(headers: &axum::http::HeaderMap) -> Result<(), Error>
     Ok(())
 }
 
+/// Refuses a request whose `Content-Length` announces a body over the limit
+/// ([`super::MAX_BODY_BYTES`]) from its head alone: the body is not read (a client that sent
+/// `Expect: 100-continue` never sends it), where the body limit would read the first 16 MiB
+/// first.
+pub fn check_announced_body(headers: &axum::http::HeaderMap) -> Result<(), Error> {
+    let announced = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    match announced {
+        Some(length) if length > super::MAX_BODY_BYTES as u64 => Err(Error::PayloadTooLarge {
+            limit: super::MAX_BODY_BYTES,
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Serves `app` on `listener` until `shutdown` completes, then lets open requests finish.
 pub async fn serve(
     listener: TcpListener,
