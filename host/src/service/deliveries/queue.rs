@@ -77,23 +77,23 @@ pub fn fan_out(
     }
     let mut chunk: Vec<Prepared> = Vec::new();
     let mut deliveries = 0;
-    let mut entries = batch.into_iter().peekable();
-    while let Some((key, entry)) = entries.next() {
+    for (key, entry) in batch {
         let event: Option<Event> = db.read(&event_key(&entry.store_id, &entry.event_id))?;
         let candidates = match &event {
             Some(event) => target::candidates(service, &entry.store_id, event)?,
             None => Vec::new(),
         };
-        if !chunk.is_empty() && deliveries + candidates.len() > FAN_OUT_DELIVERIES_PER_TX {
+        let full = chunk.len() == FAN_OUT_PER_TX
+            || deliveries + candidates.len() > FAN_OUT_DELIVERIES_PER_TX;
+        if full && !chunk.is_empty() {
             fan_out_chunk(service, now, std::mem::take(&mut chunk), &mut fanned_out)?;
             deliveries = 0;
         }
         deliveries += candidates.len();
         chunk.push((key, entry, event, candidates));
-        if chunk.len() == FAN_OUT_PER_TX || entries.peek().is_none() {
-            fan_out_chunk(service, now, std::mem::take(&mut chunk), &mut fanned_out)?;
-            deliveries = 0;
-        }
+    }
+    if !chunk.is_empty() {
+        fan_out_chunk(service, now, chunk, &mut fanned_out)?;
     }
     Ok(listed)
 }
