@@ -40,11 +40,12 @@ use self::fair::{Fair, Kind, MESSAGE_CONCURRENCY, NotStarted, Slot};
 use self::mail::HostMail;
 use crate::metrics::TargetKind;
 use crate::model::delivery::Outcome;
-use crate::model::delivery::{DueEntry, RETENTION, TargetRef};
+use crate::model::delivery::{DueEntry, RETENTION, TargetRef, millis};
 use crate::model::error::{Error, Result};
 use crate::model::event::Cause;
 use crate::model::work::{Work, WorkKind};
 use crate::service::Service;
+use crate::service::deliveries::peers;
 use crate::service::deliveries::queue::{self, Claimed};
 use crate::service::deliveries::target::{self, Paused, Target, TargetState};
 use crate::service::events::with_cause;
@@ -60,8 +61,13 @@ pub use self::fair::MAX_IN_FLIGHT_PER_TARGET;
 const SKIP_BUDGET: usize = 64;
 /// See [`SKIP_BUDGET`].
 const SWEEP_BUDGET: usize = 1024;
-/// See [`SKIP_BUDGET`].
+/// See [`SKIP_BUDGET`]. The sweep also reads every lane on from its cursor (finding retries that
+/// came due), and from its head every [`RESCAN_EVERY`].
 const SWEEP_EVERY: Duration = Duration::from_millis(50);
+/// How often a busy engine reads every lane from its head (an idle one does on each poll): what
+/// its cursor cannot see, entries queued behind it (by a wall clock that went back, or whose
+/// claim was lost or held by another host), is found within this.
+const RESCAN_EVERY: Duration = Duration::from_secs(1);
 
 const BATCH: usize = 256;
 
@@ -335,46 +341,120 @@ async fn run(shared: Arc<Shared>, config: EngineConfig, mut stopped: watch::Rece
     let mut tasks = JoinSet::new();
     let mut next_purge = Timestamp::MIN;
     let mut lanes = Lanes::default();
-    // Whether the outbox may hold entries not fanned out: at the start, after a commit that
-    // queued work, on each poll, and while the last round found more.
-    let mut outbox = true;
+    // Aborted with this task (a stop past its deadline aborts it): nothing of the engine may
+    // hold the storage once it has stopped.
+    let mut fanning = AbortOnDrop(tokio::spawn(fan_out(
+        shared.clone(),
+        config.poll_interval,
+        stopped.clone(),
+    )));
+    let beating = shared
+        .service
+        .db
+        .is_shared()
+        .then(|| AbortOnDrop(tokio::spawn(heartbeat(shared.clone(), stopped.clone()))));
     loop {
         if *stopped.borrow() {
             break;
         }
+        if fanning.0.is_finished() {
+            // It ends only when stopped, or when it panicked: the engine ends with it (as with a
+            // panic of its own), which its liveness flag shows.
+            tracing::error!("the delivery engine's fan-out ended: the engine stops");
+            break;
+        }
         lanes.start_at(shared.wake.take_earliest());
         let ticked = off_workers(&shared.service, || {
-            shared.tick(&mut tasks, &mut next_purge, &mut lanes, outbox)
+            shared.tick(&mut tasks, &mut next_purge, &mut lanes)
         });
-        let busy = match ticked {
-            Ok(busy) => busy,
-            Err(e) => {
-                tracing::error!(error = %format!("{e:#}"), "delivery engine");
-                lanes.rescan();
-                false
-            }
-        };
-        while tasks.try_join_next().is_some() {}
-        if busy {
-            tokio::task::yield_now().await;
-            continue;
+        if let Err(e) = ticked {
+            tracing::error!(error = %format!("{e:#}"), "delivery engine");
+            lanes.rescan();
         }
-        // A finished attempt frees a place: the next round only starts work.
-        outbox = tokio::select! {
-            () = shared.wake.notified() => true,
+        while tasks.try_join_next().is_some() {}
+        tokio::select! {
+            () = shared.wake.notified() => {}
             () = shared.done.notified() => {
-                // Let the other attempts finishing now free their places for the same round.
+                // A finished attempt frees a place: let the other attempts finishing now free
+                // theirs for the same round.
                 tokio::task::yield_now().await;
-                false
             }
-            () = tokio::time::sleep(config.poll_interval) => {
-                lanes.rescan();
-                true
-            }
-            _ = stopped.changed() => true,
-        };
+            () = tokio::time::sleep(config.poll_interval) => lanes.rescan(),
+            _ = stopped.changed() => {}
+        }
+    }
+    if let Err(e) = (&mut fanning.0).await {
+        tracing::error!(error = %e, "the delivery engine's fan-out panicked");
+    }
+    if let Some(mut beating) = beating {
+        let _ = (&mut beating.0).await;
     }
     while tasks.join_next().await.is_some() {}
+}
+
+/// Where hosts share the database: writes this host's heartbeat and reads the others' every
+/// [`peers::HEARTBEAT`] (see [`peers`]), and removes it when the engine stops.
+async fn heartbeat(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
+    let service = &shared.service;
+    while !*stopped.borrow() {
+        if let Err(e) = off_workers(service, || service.peers.beat(&service.db, service.now())) {
+            tracing::warn!(error = %format!("{e:#}"), "delivery engine: the hosts' heartbeat");
+        }
+        tokio::select! {
+            () = tokio::time::sleep(peers::HEARTBEAT) => {}
+            _ = stopped.changed() => {}
+        }
+    }
+    if let Err(e) = off_workers(service, || service.peers.leave(&service.db)) {
+        tracing::warn!(error = %format!("{e:#}"), "delivery engine: leaving the hosts");
+    }
+}
+
+/// A task aborted when this is dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The engine's fan-out: turns the events committed to the outbox into deliveries
+/// ([`queue::fan_out`]), woken by the commits that emit them (and on each poll), in a task of its
+/// own: the engine's rounds, which start the work it queues, never wait for it (on PostgreSQL a
+/// burst's fan-out takes seconds), and it never waits for them.
+async fn fan_out(shared: Arc<Shared>, poll: Duration, mut stopped: watch::Receiver<bool>) {
+    loop {
+        if *stopped.borrow() {
+            break;
+        }
+        let fanned = off_workers(&shared.service, || {
+            queue::fan_out(&shared.service, shared.service.now(), BATCH, |event| {
+                shared.keep_event(event);
+            })
+        });
+        match fanned {
+            Ok(fanned) if fanned.more => {
+                tokio::task::yield_now().await;
+                continue;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "delivery engine: fan-out");
+                // Not woken by the next commit: a lasting error would spin.
+                tokio::select! {
+                    () = tokio::time::sleep(poll) => {}
+                    _ = stopped.changed() => {}
+                }
+                continue;
+            }
+        }
+        tokio::select! {
+            () = shared.wake.outbox_notified() => {}
+            () = tokio::time::sleep(poll) => {}
+            _ = stopped.changed() => {}
+        }
+    }
 }
 
 /// A position in a lane just before `key` (a scan after it reads `key`): the key less its last
@@ -406,6 +486,8 @@ fn delivery_of_key(key: &str) -> Option<(Kind, &str, &str)> {
 #[derive(Debug, Default)]
 struct Lanes {
     lanes: [Lane; 4],
+    /// When every lane was last read from its head.
+    rescanned: Option<std::time::Instant>,
 }
 
 #[derive(Debug, Default)]
@@ -423,24 +505,38 @@ struct Lane {
     /// Where new work was queued, for each store (a few: see
     /// [`STORES_NOTED`](crate::storage::queue::STORES_NOTED)): read from each too next round, even
     /// into a full window (a store's event behind another's backlog that fills it), a few entries
-    /// at most ([`BEYOND_BATCH`]), of which only those of targets with fewer ready than they may
-    /// start at once are kept ([`Lane::keep_beyond`]), so that one store's backlog does not fill
-    /// the lane through these reads.
+    /// at most ([`BEYOND_BATCH`]), of which those of a backlog's targets are left for the cursor
+    /// ([`Lane::keep_beyond`]), so that one store's backlog does not fill the lane through these
+    /// reads. A read that kept all of a full batch goes on from its last entry next round.
     beyond: Vec<String>,
 }
 
 impl Lane {
     /// Keeps the entries of a read past the window ([`Lane::beyond`]) that are not in flight
-    /// (`taken`) while their target holds fewer ready than it may start at once
-    /// ([`MAX_IN_FLIGHT_PER_TARGET`]): a quiet store's events committed together all come in
-    /// (its target has none or few ready), a backlog's targets, whose next attempts are ready
-    /// already, get none (their later ones come with the cursor).
-    fn keep_beyond(&mut self, batch: Vec<(String, Vec<u8>)>, taken: impl Fn(&str) -> bool) {
+    /// (`taken`), except those of a target that holds what it may start at once
+    /// ([`MAX_IN_FLIGHT_PER_TARGET`]) ready at or behind the cursor: a backlog's target, whose
+    /// next attempts the cursor's reads made ready, and whose later ones come with the cursor.
+    /// A quiet store's events committed together all come in, however many: its target's ready
+    /// entries, if any, came from reads past the window too. Returns whether it kept every
+    /// entry not in flight.
+    fn keep_beyond(&mut self, batch: Vec<(String, Vec<u8>)>, taken: impl Fn(&str) -> bool) -> bool {
+        let mut all = true;
         for (key, bytes) in batch {
-            if self.ready.ready_in_group_of(&key) < MAX_IN_FLIGHT_PER_TARGET && !taken(&key) {
+            if taken(&key) {
+                continue;
+            }
+            let behind = self.ready.ready_in_group_up_to(
+                &key,
+                self.cursor.as_deref(),
+                MAX_IN_FLIGHT_PER_TARGET,
+            );
+            if behind < MAX_IN_FLIGHT_PER_TARGET {
                 self.ready.insert(key, bytes);
+            } else {
+                all = false;
             }
         }
+        all
     }
 }
 
@@ -458,8 +554,21 @@ const READY_LOW: usize = 256;
 impl Lanes {
     /// Reads every lane from its head next round.
     fn rescan(&mut self) {
+        self.rescanned = Some(std::time::Instant::now());
         for lane in &mut self.lanes {
             lane.cursor = None;
+            lane.queued = true;
+            lane.drained = false;
+        }
+    }
+
+    /// The periodic sweep's reads: every lane on from its cursor next round (retries that came
+    /// due since are past it), and from its head every [`RESCAN_EVERY`].
+    fn sweep(&mut self) {
+        if self.rescanned.is_none_or(|at| at.elapsed() >= RESCAN_EVERY) {
+            return self.rescan();
+        }
+        for lane in &mut self.lanes {
             lane.queued = true;
             lane.drained = false;
         }
@@ -494,25 +603,15 @@ impl Lanes {
 }
 
 impl Shared {
-    /// One round: fan out new events (when `outbox` may hold some), purge expired ones now and
-    /// then, start due work. Returns whether more outbox work is waiting.
+    /// One round: purge expired events now and then, start due work.
     fn tick(
         self: &Arc<Self>,
         tasks: &mut JoinSet<()>,
         next_purge: &mut Timestamp,
         lanes: &mut Lanes,
-        outbox: bool,
-    ) -> Result<bool> {
+    ) -> Result<()> {
         let db = &self.service.db;
         let now = self.service.now();
-        let fanned = if outbox {
-            queue::fan_out(&self.service, now, BATCH, |event| {
-                self.keep_event(event);
-            })?
-        } else {
-            0
-        };
-
         if now >= *next_purge {
             let purged = queue::purge(db, now, BATCH)?;
             if purged > 0 {
@@ -524,8 +623,7 @@ impl Shared {
                 now.checked_add(PURGE_EVERY).unwrap_or(now)
             };
         }
-        self.dispatch(now, tasks, lanes)?;
-        Ok(fanned == BATCH)
+        self.dispatch(now, tasks, lanes)
     }
 
     /// Starts the work of every due queue entry, lane by lane in due order, while its pool has
@@ -540,7 +638,7 @@ impl Shared {
             let mut last = self.last_sweep.lock().unwrap_or_else(|e| e.into_inner());
             if last.elapsed() >= SWEEP_EVERY {
                 *last = std::time::Instant::now();
-                lanes.rescan();
+                lanes.sweep();
                 SWEEP_BUDGET
             } else {
                 SKIP_BUDGET
@@ -553,6 +651,21 @@ impl Shared {
             self.dispatch_lane(kind, budget, lane, tasks)?;
         }
         Ok(())
+    }
+
+    /// Whether this host takes the queue entry `key` at `now_ms`: where hosts share the
+    /// database, a delivery only to a target of its own, or any once due for
+    /// [`peers::TAKEOVER`] (see [`peers`]); every other entry.
+    fn takes(&self, key: &str, now_ms: u64) -> bool {
+        if !self.service.db.is_shared() {
+            return true;
+        }
+        let Some((_, _, target)) = delivery_of_key(key) else {
+            return true;
+        };
+        let due = crate::model::work::due_ms_of(key).unwrap_or(0);
+        let waited = Duration::from_millis(now_ms.saturating_sub(due));
+        self.service.peers.takes(target, waited)
     }
 
     /// Reads the lane's due entries into memory: on from its cursor ([`Shared::refill_on`]),
@@ -569,7 +682,17 @@ impl Shared {
             }
             let db = &self.service.db;
             let batch = crate::storage::queue::due_raw(db, kind, now, Some(&from), BEYOND_BATCH)?;
-            lane.keep_beyond(batch, |key| self.fair.is_taken(key));
+            let last = (batch.len() == BEYOND_BATCH)
+                .then(|| batch.last().map(|(key, _)| key.clone()))
+                .flatten();
+            let now_ms = millis(now);
+            if lane.keep_beyond(batch, |key| {
+                self.fair.is_taken(key) || !self.takes(key, now_ms)
+            }) && let Some(last) = last
+                && lane.beyond.len() < crate::storage::queue::STORES_NOTED
+            {
+                lane.beyond.push(last); // More may follow: read on from there next round.
+            }
         }
         Ok(())
     }
@@ -580,6 +703,7 @@ impl Shared {
         if (lane.ready.len() >= READY_LOW || lane.drained) && !std::mem::take(&mut lane.queued) {
             return Ok(());
         }
+        let now_ms = millis(now);
         lane.queued = false;
         // New work is read even into a full lane, a batch past the mark at most.
         let mut room = (READY_MAX + BATCH).saturating_sub(lane.ready.len());
@@ -598,7 +722,10 @@ impl Shared {
             lane.drained = exhausted;
             for (key, bytes) in batch {
                 lane.cursor = Some(key.clone());
-                if !self.fair.is_taken(&key) && lane.ready.insert(key, bytes) {
+                if !self.fair.is_taken(&key)
+                    && self.takes(&key, now_ms)
+                    && lane.ready.insert(key, bytes)
+                {
                     room -= 1;
                     if room == 0 {
                         return Ok(());
@@ -866,7 +993,10 @@ impl Shared {
     /// Reads who is behind a target. A removed one (its attempt only records that) counts on its
     /// own.
     fn owner(&self, entry: &DueEntry) -> Result<Owner> {
-        let targets = self.service.targets.of(&self.service.db, &entry.store_id)?;
+        let targets = self
+            .service
+            .targets
+            .for_attempt(&self.service.db, &entry.store_id)?;
         let installation = match &entry.target {
             TargetRef::Component(id) => targets.installation(id)?,
             TargetRef::Webhook(id) => match targets.subscription(id)? {
@@ -1253,6 +1383,40 @@ mod tests {
             MAX_IN_FLIGHT_PER_TARGET
         );
         assert_eq!(lane.ready.len(), before + 3);
+    }
+
+    #[test]
+    fn a_read_past_the_window_brings_every_event_of_a_quiet_target_however_many() {
+        let key = |target: &str, n: usize| format!("work/webhook/{n:020}/sto_1/{target}/evt_{n}");
+        let mut lane = Lane::default();
+        // The cursor's read made a backlog's target's next attempts ready, and stopped at 50.
+        for n in 0..MAX_IN_FLIGHT_PER_TARGET {
+            lane.ready.insert(key("whk_loud", n), Vec::new());
+        }
+        lane.cursor = Some(key("whk_loud", 50));
+        // A quiet target's events came in past the window, as many as it may start at once:
+        // one read of its events committed together.
+        let quiet: Vec<_> = (60..60 + 2 * MAX_IN_FLIGHT_PER_TARGET)
+            .map(|n| (key("whk_quiet", n), Vec::new()))
+            .collect();
+        let (first, second) = quiet.split_at(MAX_IN_FLIGHT_PER_TARGET);
+        assert!(lane.keep_beyond(first.to_vec(), |_| false));
+        // The next read, of the rest, keeps them all too; the backlog's entries past the window
+        // are left for the cursor.
+        let mut batch = second.to_vec();
+        batch.push((key("whk_loud", 100), Vec::new()));
+        assert!(
+            !lane.keep_beyond(batch, |_| false),
+            "the backlog's entry left"
+        );
+        assert_eq!(
+            lane.ready.ready_in_group_of(&key("whk_quiet", 0)),
+            2 * MAX_IN_FLIGHT_PER_TARGET
+        );
+        assert_eq!(
+            lane.ready.ready_in_group_of(&key("whk_loud", 0)),
+            MAX_IN_FLIGHT_PER_TARGET
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -34,8 +34,28 @@ impl Ready {
     }
 
     /// How many entries of the group of `key` (its target) are ready.
+    #[cfg(test)]
     pub(super) fn ready_in_group_of(&self, key: &str) -> usize {
         self.groups.get(group_of(key)).map_or(0, BTreeMap::len)
+    }
+
+    /// How many entries of the group of `key` (its target) are ready at or before `up_to` (all
+    /// of them when `None`), counting to `at_most`.
+    pub(super) fn ready_in_group_up_to(
+        &self,
+        key: &str,
+        up_to: Option<&str>,
+        at_most: usize,
+    ) -> usize {
+        use std::ops::Bound;
+        let Some(entries) = self.groups.get(group_of(key)) else {
+            return 0;
+        };
+        let end = up_to.map_or(Bound::Unbounded, Bound::Included);
+        entries
+            .range::<str, _>((Bound::Unbounded, end))
+            .take(at_most)
+            .count()
     }
 
     /// Adds the entry at `key`; returns whether it was not ready already (an entry read again

@@ -30,6 +30,14 @@ pub fn new_id_body(now: Timestamp) -> String {
     id.to_string().to_ascii_lowercase()
 }
 
+/// When the id `id` (`{prefix}_{ulid}`) was made, in milliseconds since the Unix epoch.
+pub fn created_ms(id: &str) -> Option<u64> {
+    let (_, body) = id.split_once('_')?;
+    ulid::Ulid::from_string(&body.to_ascii_uppercase())
+        .ok()
+        .map(|u| u.timestamp_ms())
+}
+
 macro_rules! prefixed_id {
     ($(#[$meta:meta])* $name:ident, $prefix:literal) => {
         $(#[$meta])*

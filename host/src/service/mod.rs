@@ -70,6 +70,8 @@ pub struct Inner {
     pub boot_id: String,
     /// This host in this boot, as it claims work where hosts share the database.
     pub holder: crate::storage::queue::Holder,
+    /// The hosts sharing the database, which divide the delivery work between them.
+    pub peers: deliveries::peers::Peers,
     /// How long a claim on work holds for another host (see [`Options::claim_lease`]).
     pub claim_lease: std::time::Duration,
     /// Signs pagination cursors.
@@ -191,6 +193,7 @@ impl Service {
                     deliveries::index::CAPACITY,
                 ),
                 boot_id,
+                peers: deliveries::peers::Peers::new(&holder),
                 holder,
                 claim_lease: if options.claim_lease.is_zero() {
                     deliveries::queue::CLAIM_LEASE

@@ -310,6 +310,7 @@ impl Db {
         let shared = self.inner.is_shared();
         let mut out = None;
         let mut queued_delivery = false;
+        let mut emitted = false;
         let mut queued = queue::Queued::default();
         let mut must_flush = false;
         let mut touched = 0u64;
@@ -317,6 +318,7 @@ impl Db {
             let mut tx = Tx {
                 inner: txn,
                 queued_delivery: false,
+                emitted: false,
                 queued: queue::Queued::default(),
                 flush: false,
                 watches: &watches,
@@ -331,6 +333,7 @@ impl Db {
                 tx.inner.relax();
             }
             queued_delivery = tx.queued_delivery;
+            emitted = tx.emitted;
             queued = std::mem::take(&mut tx.queued);
             must_flush = tx.flush;
             touched = tx.touched;
@@ -347,6 +350,9 @@ impl Db {
         }
         if queued_delivery {
             self.delivery.ring_queued(&queued);
+        }
+        if emitted {
+            self.delivery.ring_outbox();
         }
         out.ok_or_else(|| Error::Internal(anyhow::anyhow!("transaction produced no result")))
     }
@@ -432,6 +438,7 @@ fn heard(
     }
     if work && let Some(signal) = delivery.upgrade() {
         signal.ring_queued(&queued);
+        signal.ring_outbox(); // It may have emitted events: every host fans out.
     }
 }
 
@@ -689,6 +696,8 @@ impl Scan<'_> {
 pub struct Tx<'a> {
     inner: &'a mut dyn Txn,
     queued_delivery: bool,
+    /// Whether the transaction emitted an event (the fan-out is rung once it commits).
+    emitted: bool,
     queued: queue::Queued,
     flush: bool,
     /// The watched prefixes, and which of them this transaction wrote under ([`watch_bit`]).
@@ -741,6 +750,13 @@ impl Tx<'_> {
     /// Wakes the delivery engine once this transaction commits.
     pub fn wake_delivery(&mut self) {
         self.queued_delivery = true;
+    }
+
+    /// Wakes the delivery engine's fan-out once this transaction commits (it emitted an event
+    /// into the outbox).
+    pub fn wake_fan_out(&mut self) {
+        self.queued_delivery = true;
+        self.emitted = true;
     }
 
     /// Makes this transaction durable even in a relaxed [`Db::tx_relaxed`]: it is flushed when it

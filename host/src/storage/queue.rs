@@ -27,6 +27,8 @@ use crate::model::work::{WORK_PREFIX, Work, WorkKind, due_ms_of};
 #[derive(Debug, Default)]
 pub struct Signal {
     notify: tokio::sync::Notify,
+    /// Rung after every commit that emitted an event: the engine's fan-out waits on it.
+    outbox: tokio::sync::Notify,
     earliest: Mutex<Queued>,
 }
 
@@ -36,9 +38,21 @@ impl Signal {
         self.notify.notified().await;
     }
 
-    /// Rings without naming work (an event was committed for the fan-out, a test wakes it).
+    /// Waits for the next commit that emitted an event (one while nobody waits is kept).
+    pub async fn outbox_notified(&self) {
+        self.outbox.notified().await;
+    }
+
+    /// Rings without naming work, for the fan-out too (a test wakes the engine, or another
+    /// process committed).
     pub fn ring(&self) {
         self.notify.notify_one();
+        self.outbox.notify_one();
+    }
+
+    /// Rings the fan-out: a commit emitted an event.
+    pub(super) fn ring_outbox(&self) {
+        self.outbox.notify_one();
     }
 
     /// Rings after a commit that queued `queued`.
@@ -51,7 +65,7 @@ impl Signal {
                 }
             }
         }
-        self.ring();
+        self.notify.notify_one();
     }
 
     /// The earliest key queued in each lane for each store (a few stores; see [`Queued`]) since

@@ -10,10 +10,12 @@
 //! or deleted; an installation made, paused, resumed or removed; a version published). When it
 //! has moved, the whole index is dropped before it is used, and a store's targets are only kept
 //! if the generation read *before* they were read is still current, so a copy read while they
-//! changed is never kept. Where hosts share a database the index is not used: another host's
-//! change moves the generation only when its notice arrives (milliseconds), and until then a copy
-//! would miss a subscription just made there, so an event committed after it could pass it by;
-//! there the targets are read for each use, as they were before the index.
+//! changed is never kept. Where hosts share a database the fan-out does not use the index
+//! ([`TargetIndex::of`]): another host's change moves the generation only when its notice arrives
+//! (milliseconds), and until then a copy would miss a subscription just made there, so an event
+//! committed after it could pass it by; there the fan-out reads the targets for each use, as it
+//! did before the index. Attempts use the copy on every backend ([`TargetIndex::for_attempt`]):
+//! for them a change seen a moment late is the same as one committed a moment later.
 //!
 //! The fan-out still reads each target again inside its transaction
 //! ([`TargetsRead::wants`](super::target::TargetsRead::wants)): the index only tells it which to
@@ -210,9 +212,24 @@ impl TargetIndex {
         if db.is_shared() {
             return Ok(Targets::Read { db, store });
         }
+        self.copy_of(db, store).map(Targets::Copy)
+    }
+
+    /// `store`'s targets for an attempt, or for the engine's shares: from memory while their
+    /// records are unchanged, on every backend. Where hosts share the database, another host's
+    /// change is seen here once its notice arrives (milliseconds): an attempt started meanwhile
+    /// goes out as it would have a moment before the change, as does one already in flight when
+    /// the change commits. (The fan-out, which must not miss a subscription just made, reads
+    /// with [`TargetIndex::of`]; and it reads each target again in its transaction.)
+    pub fn for_attempt<'a>(&self, db: &'a Db, store: &StoreId) -> Result<Targets<'a>> {
+        self.copy_of(db, store).map(Targets::Copy)
+    }
+
+    /// `store`'s targets from memory, or read (and kept while current).
+    fn copy_of(&self, db: &Db, store: &StoreId) -> Result<Arc<StoreTargets>> {
         let generation = self.copy.generation();
         if let Some(known) = self.copy.current().stores.get(store) {
-            return Ok(Targets::Copy(known.clone()));
+            return Ok(known.clone());
         }
         let read = Arc::new(StoreTargets::read(db, store)?);
         let mut state = self.copy.current();
@@ -223,7 +240,7 @@ impl TargetIndex {
             state.records = state.records.saturating_add(read.records());
             state.stores.insert(store.clone(), read.clone());
         }
-        Ok(Targets::Copy(read))
+        Ok(read)
     }
 
     /// How many stores' targets are held (for tests).

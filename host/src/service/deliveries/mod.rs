@@ -4,5 +4,6 @@
 //! transaction; the delivery engine (`crate::delivery`) only decides when to call them.
 
 pub mod index;
+pub mod peers;
 pub mod queue;
 pub mod target;

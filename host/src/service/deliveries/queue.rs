@@ -18,7 +18,7 @@ use crate::model::delivery::{
 };
 use crate::model::error::{Error, Result};
 use crate::model::event::{Cause, Event, OUTBOX_PREFIX, OutboxEntry, event_key};
-use crate::model::ids::AttemptId;
+use crate::model::ids::{AttemptId, StoreId};
 use crate::model::log::{InvocationRecord, invocation_key};
 use crate::model::work::Claim;
 use crate::service::Service;
@@ -50,70 +50,150 @@ const FAN_OUT_DELIVERIES_PER_TX: usize = 256;
 /// the targets that may want it.
 type Prepared = (String, OutboxEntry, Option<Event>, Vec<TargetRef>);
 
-/// Fans out up to `limit` outbox entries, a few per transaction; returns how many it took. Each
+/// Deliveries one call of [`fan_out`] makes at most (an event with more makes them all): the
+/// engine starts due work between calls, and lists the outbox again, so that neither the work
+/// already queued nor another store's event committed meanwhile waits for a whole burst's
+/// fan-out (on PostgreSQL, 10 000 deliveries take seconds).
+pub const FAN_OUT_DELIVERIES_PER_CALL: usize = 4 * FAN_OUT_DELIVERIES_PER_TX;
+
+/// How long one call of [`fan_out`] goes on making transactions (the one running then ends it):
+/// see [`FAN_OUT_DELIVERIES_PER_CALL`]. On sled a transaction of [`FAN_OUT_DELIVERIES_PER_TX`]
+/// deliveries takes a few milliseconds, on PostgreSQL a few tens.
+pub const FAN_OUT_TIME_PER_CALL: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// What a call of [`fan_out`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FannedOut {
+    /// Outbox entries taken (fanned out, or found gone).
+    pub entries: usize,
+    /// Whether the outbox may hold more entries now: the listing was full, or the call stopped
+    /// at [`FAN_OUT_DELIVERIES_PER_CALL`].
+    pub more: bool,
+}
+
+/// Fans out up to `limit` outbox entries, a few per transaction, until it has made
+/// [`FAN_OUT_DELIVERIES_PER_CALL`] deliveries or run for [`FAN_OUT_TIME_PER_CALL`]. Each
 /// committed event is counted in the service's metrics once, when the transaction that removes
 /// its outbox entry commits; and each event that went to some target is handed to `fanned_out`
 /// then (the engine keeps it for its attempts, which would otherwise read it again).
 ///
-/// The entries go in the order [`stores_interleaved`] gives, each store's in the order they were
-/// committed, and a transaction ends at [`FAN_OUT_PER_TX`] entries or
-/// [`FAN_OUT_DELIVERIES_PER_TX`] deliveries: another store's event behind one store's backlog in
-/// the outbox goes out in the first transaction, a small one.
+/// The stores share the fan-out by the deliveries it makes for them ([`StoreTurns`]), each
+/// store's events in the order they were committed, and a transaction ends at
+/// [`FAN_OUT_PER_TX`] entries or [`FAN_OUT_DELIVERIES_PER_TX`] deliveries: another store's events
+/// behind one store's backlog in the outbox go out in the first transaction, a small one, however
+/// many deliveries each of the backlog's events makes.
 pub fn fan_out(
     service: &Service,
     now: Timestamp,
     limit: usize,
     mut fanned_out: impl FnMut(Event),
-) -> Result<usize> {
+) -> Result<FannedOut> {
     let db = &service.db;
-    let mut batch = stores_interleaved(db.list(OUTBOX_PREFIX, None, false, limit)?);
-    let listed = batch.len();
-    // Hosts sharing the database list the same entries: each starts at a part of its own, so
-    // that two hosts do not both fan out the first entries (one would lose the conflict and
-    // repeat its transaction) but each a different part of the burst.
-    if db.is_shared() && !batch.is_empty() {
-        let parts = batch.len().div_ceil(FAN_OUT_PER_TX);
-        batch.rotate_left(service.holder.spread() % parts * FAN_OUT_PER_TX);
-    }
+    let mut listed = db.list::<OutboxEntry>(OUTBOX_PREFIX, None, false, limit)?;
+    let full = listed.len() == limit;
+    // Hosts sharing the database list the same entries: each fans out the events of its own
+    // stores, and another host's once they have waited (see `peers`); and within that each starts
+    // each store's backlog at a part of its own, so that two hosts do not both fan out the same
+    // entries (one would lose the conflict and repeat its transaction).
+    let spread = db.is_shared().then(|| {
+        let now_ms = millis(now);
+        listed.retain(|(_, entry)| {
+            let made = crate::model::ids::created_ms(entry.event_id.as_str()).unwrap_or(0);
+            let waited = std::time::Duration::from_millis(now_ms.saturating_sub(made));
+            service.peers.takes(entry.store_id.as_str(), waited)
+        });
+        service.holder.spread()
+    });
+    let count = listed.len();
+    let mut turns = StoreTurns::new(listed, spread);
     let mut chunk: Vec<Prepared> = Vec::new();
-    let mut deliveries = 0;
-    for (key, entry) in batch {
+    let (mut deliveries, mut made, mut taken) = (0, 0, 0);
+    let started = std::time::Instant::now();
+    while let Some((key, entry)) = turns.next() {
+        if made + deliveries >= FAN_OUT_DELIVERIES_PER_CALL
+            || (made > 0 && started.elapsed() >= FAN_OUT_TIME_PER_CALL)
+        {
+            break;
+        }
         let event: Option<Event> = db.read(&event_key(&entry.store_id, &entry.event_id))?;
         let candidates = match &event {
             Some(event) => target::candidates(service, &entry.store_id, event)?,
             None => Vec::new(),
         };
+        turns.charge(&entry.store_id, candidates.len());
         let full = chunk.len() == FAN_OUT_PER_TX
             || deliveries + candidates.len() > FAN_OUT_DELIVERIES_PER_TX;
         if full && !chunk.is_empty() {
             fan_out_chunk(service, now, std::mem::take(&mut chunk), &mut fanned_out)?;
+            made += deliveries;
             deliveries = 0;
         }
         deliveries += candidates.len();
+        taken += 1;
         chunk.push((key, entry, event, candidates));
     }
     if !chunk.is_empty() {
         fan_out_chunk(service, now, chunk, &mut fanned_out)?;
     }
-    Ok(listed)
+    Ok(FannedOut {
+        entries: taken,
+        // A full listing of other hosts' entries only is not more for this host: it waits for
+        // the next commit (theirs included) or poll instead of listing them again at once.
+        more: (full && count > 0) || taken < count,
+    })
 }
 
-/// The order a batch of outbox entries is fanned out in: every store's first entry (in the
-/// order of the batch), then every store's second, and so on. A store's own entries keep the
-/// order they were committed in.
-fn stores_interleaved(batch: Vec<(String, OutboxEntry)>) -> Vec<(String, OutboxEntry)> {
-    let mut seen = std::collections::HashMap::new();
-    let ranks: Vec<usize> = batch
-        .iter()
-        .map(|(_, entry)| {
-            let n = seen.entry(&entry.store_id).or_insert(0usize);
-            *n += 1;
-            *n
-        })
-        .collect();
-    let mut ranked: Vec<_> = ranks.into_iter().zip(batch).collect();
-    ranked.sort_by_key(|(rank, _)| *rank); // Stable: the batch's order within a rank.
-    ranked.into_iter().map(|(_, entry)| entry).collect()
+/// The order a batch of outbox entries is fanned out in: each store's entries in the order they
+/// were committed, and the next entry always of the store that has been charged the fewest
+/// deliveries so far ([`StoreTurns::charge`]; the earlier in the batch on a tie). A store whose
+/// events each make one delivery gets fifty of them in for one of a store whose events make
+/// fifty each.
+#[derive(Debug)]
+struct StoreTurns {
+    /// Each store's entries, in the order of the batch, with what it was charged.
+    stores: Vec<(StoreId, usize, Backlog)>,
+}
+
+/// A store's entries of a batch, in the order committed.
+type Backlog = std::collections::VecDeque<(String, OutboxEntry)>;
+
+impl StoreTurns {
+    /// The turns over `batch`. With `spread` (a host's, where hosts share the database), each
+    /// store's entries start at a part of the host's own, [`FAN_OUT_PER_TX`] entries long.
+    fn new(batch: Vec<(String, OutboxEntry)>, spread: Option<usize>) -> Self {
+        let mut stores: Vec<(StoreId, usize, Backlog)> = Vec::new();
+        for (key, entry) in batch {
+            match stores.iter_mut().find(|(id, ..)| *id == entry.store_id) {
+                Some((.., entries)) => entries.push_back((key, entry)),
+                None => stores.push((entry.store_id.clone(), 0, Backlog::from([(key, entry)]))),
+            }
+        }
+        if let Some(spread) = spread {
+            for (.., entries) in &mut stores {
+                let parts = entries.len().div_ceil(FAN_OUT_PER_TX);
+                entries.rotate_left(spread % parts.max(1) * FAN_OUT_PER_TX);
+            }
+        }
+        Self { stores }
+    }
+
+    /// The next entry: the first left of the store charged the least.
+    fn next(&mut self) -> Option<(String, OutboxEntry)> {
+        let (.., entries) = self
+            .stores
+            .iter_mut()
+            .filter(|(.., entries)| !entries.is_empty())
+            .min_by_key(|(_, charged, _)| *charged)?;
+        entries.pop_front()
+    }
+
+    /// Charges `store` for an entry that makes `deliveries` deliveries (at least one: an event
+    /// no target takes costs its transaction a read and a removal).
+    fn charge(&mut self, store: &StoreId, deliveries: usize) {
+        if let Some((_, charged, _)) = self.stores.iter_mut().find(|(id, ..)| id == store) {
+            *charged = charged.saturating_add(deliveries.max(1));
+        }
+    }
 }
 
 /// One fan-out transaction: the entries of `chunk`, read and ready.
@@ -618,7 +698,7 @@ pub(crate) mod tests {
         service.install(&loud.id, "loud").expect("install");
         let quiet = service.create_store("quiet.example").expect("store");
         service.install(&quiet.id, "quiet").expect("install");
-        fan_out(&service, service.now(), 256, drop).expect("the installations' events");
+        fan_out_all(&service, drop);
         // One store's backlog of 20 events, 20 deliveries each, then another store's event.
         for n in 0..20 {
             paid(&service, &loud, n);
@@ -633,10 +713,7 @@ pub(crate) mod tests {
                 .expect("deliveries")
                 .len()
         };
-        let taken = fan_out(&service, service.now(), 256, |event| {
-            told.push((event.id, count()));
-        })
-        .expect("fan out");
+        let taken = fan_out_all(&service, |event| told.push((event.id, count())));
         assert_eq!(taken, 21);
         assert_eq!(told.len(), 21);
         assert_eq!(told[1].0, other.id, "second, after the other store's first");
@@ -654,8 +731,21 @@ pub(crate) mod tests {
         assert!(made.len() > 1, "the backlog took more than one transaction");
     }
 
+    /// Fans out until the outbox is empty, as the engine does (a call stops after a few
+    /// milliseconds); returns the entries taken.
+    fn fan_out_all(service: &Service, mut fanned_out: impl FnMut(Event)) -> usize {
+        let mut taken = 0;
+        loop {
+            let fanned = fan_out(service, service.now(), 256, &mut fanned_out).expect("fan out");
+            taken += fanned.entries;
+            if !fanned.more {
+                return taken;
+            }
+        }
+    }
+
     #[test]
-    fn a_batch_takes_every_stores_first_entry_first_and_keeps_each_stores_order() {
+    fn stores_share_the_fan_out_by_the_deliveries_it_makes_each_in_its_own_order() {
         let entry = |store: &str, n: u32| {
             let entry = OutboxEntry {
                 store_id: store.parse().expect("store id"),
@@ -665,31 +755,65 @@ pub(crate) mod tests {
             };
             (format!("{store}/{n}"), entry)
         };
+        // A store whose events make 50 deliveries each, one whose events make one, and one whose
+        // events no target takes, committed in this order.
         let batch = vec![
             entry("store_a", 1),
             entry("store_a", 2),
-            entry("store_a", 3),
             entry("store_b", 1),
-            entry("store_a", 4),
-            entry("store_c", 1),
+            entry("store_a", 3),
             entry("store_b", 2),
+            entry("store_c", 1),
+            entry("store_b", 3),
+            entry("store_c", 2),
         ];
-        let order: Vec<String> = stores_interleaved(batch)
-            .into_iter()
-            .map(|(key, _)| key)
-            .collect();
+        let mut turns = StoreTurns::new(batch, None);
+        let mut order = Vec::new();
+        while let Some((key, entry)) = turns.next() {
+            let deliveries = match entry.store_id.to_string().as_str() {
+                "store_a" => 50,
+                "store_b" => 1,
+                _ => 0,
+            };
+            turns.charge(&entry.store_id, deliveries);
+            order.push(key);
+        }
         assert_eq!(
             order,
             [
                 "store_a/1",
                 "store_b/1",
                 "store_c/1",
-                "store_a/2",
                 "store_b/2",
+                "store_c/2",
+                "store_b/3",
+                "store_a/2",
                 "store_a/3",
-                "store_a/4"
             ]
         );
+    }
+
+    #[test]
+    fn hosts_sharing_the_database_start_a_stores_backlog_at_parts_of_their_own() {
+        let entries: Vec<_> = (0..2 * FAN_OUT_PER_TX)
+            .map(|n| {
+                let entry = OutboxEntry {
+                    store_id: "store_a".parse().expect("store id"),
+                    event_id: crate::model::ids::EventId::generate(Timestamp::UNIX_EPOCH),
+                    cause: None,
+                    trace: None,
+                };
+                (format!("{n:04}"), entry)
+            })
+            .collect();
+        let first = |spread| {
+            StoreTurns::new(entries.clone(), spread)
+                .next()
+                .map(|(key, _)| key)
+        };
+        assert_eq!(first(None).as_deref(), Some("0000"));
+        assert_eq!(first(Some(2)).as_deref(), Some("0000"));
+        assert_eq!(first(Some(3)), Some(format!("{FAN_OUT_PER_TX:04}")));
     }
 
     /// Publishes the plugin `name`, whose manifest webhook takes `plugin.installed`.

@@ -68,14 +68,14 @@ fn component_takes(installation: &Installation, event: &Event) -> bool {
 }
 
 /// Loads a target for an attempt at `event`, from the store's targets
-/// ([`TargetIndex`](super::index::TargetIndex)).
+/// ([`TargetIndex::for_attempt`](super::index::TargetIndex::for_attempt)).
 pub fn load(
     service: &Service,
     store: &StoreId,
     target: &TargetRef,
     event: &Event,
 ) -> Result<TargetState> {
-    let targets = service.targets.of(&service.db, store)?;
+    let targets = service.targets.for_attempt(&service.db, store)?;
     Ok(match target {
         TargetRef::Webhook(id) => match targets.subscription(id)? {
             None => TargetState::Gone,

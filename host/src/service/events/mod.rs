@@ -75,7 +75,7 @@ impl Tx<'_> {
                 trace: event_trace(&event),
             },
         )?;
-        self.wake_delivery();
+        self.wake_fan_out();
         Ok(event)
     }
 }
