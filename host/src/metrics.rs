@@ -44,6 +44,8 @@ pub const DELIVERY_DURATION: &str = "commerce_host_delivery_attempt_duration_sec
 pub const QUEUE_DUE: &str = "commerce_host_delivery_queue_due";
 /// `commerce_host_delivery_queue_oldest_due_age_seconds`.
 pub const QUEUE_OLDEST_AGE: &str = "commerce_host_delivery_queue_oldest_due_age_seconds";
+/// `commerce_host_hosts_live`.
+pub const HOSTS_LIVE: &str = "commerce_host_hosts_live";
 /// `commerce_host_delivery_targets_paused_total{target}`.
 pub const TARGETS_PAUSED: &str = "commerce_host_delivery_targets_paused_total";
 /// `commerce_host_component_invocations_total{outcome}`.
@@ -197,6 +199,10 @@ impl Metrics {
                 Unit::Seconds,
                 "How long the oldest due work queue entry has been due (0 when none is)."
             );
+            describe_gauge!(
+                HOSTS_LIVE,
+                "Hosts sharing the database heard from within 5 s, this one included (1 on a storage of its own)."
+            );
             describe_counter!(
                 TARGETS_PAUSED,
                 "Targets paused because their retries ran out, by target kind."
@@ -309,6 +315,11 @@ impl Metrics {
             gauge!(QUEUE_DUE).set(due as f64);
             gauge!(QUEUE_OLDEST_AGE).set(oldest_age.as_secs_f64());
         });
+    }
+
+    /// Sets the live hosts' gauge (read at scrape time).
+    pub fn hosts_live(&self, live: usize) {
+        self.with(|| gauge!(HOSTS_LIVE).set(live as f64));
     }
 }
 

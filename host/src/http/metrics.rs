@@ -36,6 +36,7 @@ pub async fn metrics(State(app): State<AppState>) -> Result<Response, Error> {
         let (due, oldest) =
             crate::service::deliveries::queue::due_stats(&service.db, now, QUEUE_SCAN_LIMIT)?;
         service.metrics.queue(due, oldest);
+        service.metrics.hosts_live(service.peers.live().len());
         Ok::<_, Error>(service.metrics.render())
     })
     .await

@@ -794,6 +794,14 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn an_events_id_tells_when_it_was_made_for_the_takeover_of_another_hosts_fan_out() {
+        let at: Timestamp = "2026-11-26T21:31:47.123Z".parse().expect("ts");
+        let id = crate::model::ids::EventId::generate(at);
+        assert_eq!(crate::model::ids::created_ms(id.as_str()), Some(millis(at)));
+        assert_eq!(crate::model::ids::created_ms("evt_not-a-ulid"), None);
+    }
+
+    #[test]
     fn hosts_sharing_the_database_start_a_stores_backlog_at_parts_of_their_own() {
         let entries: Vec<_> = (0..2 * FAN_OUT_PER_TX)
             .map(|n| {
