@@ -795,9 +795,15 @@ pub(crate) mod tests {
 
     #[test]
     fn an_events_id_tells_when_it_was_made_for_the_takeover_of_another_hosts_fan_out() {
+        // An id as `new_id_body` writes it (lower case), of a known millisecond.
         let at: Timestamp = "2026-11-26T21:31:47.123Z".parse().expect("ts");
-        let id = crate::model::ids::EventId::generate(at);
-        assert_eq!(crate::model::ids::created_ms(id.as_str()), Some(millis(at)));
+        let ulid = ulid::Ulid::from_parts(millis(at), 42).to_string();
+        let id = format!("evt_{}", ulid.to_ascii_lowercase());
+        assert_eq!(crate::model::ids::created_ms(&id), Some(millis(at)));
+        // A new id is never older than the time it was made at (the process's ids only grow).
+        let now = Timestamp::now();
+        let made = crate::model::ids::EventId::generate(now);
+        assert!(crate::model::ids::created_ms(made.as_str()) >= Some(millis(now)));
         assert_eq!(crate::model::ids::created_ms("evt_not-a-ulid"), None);
     }
 
