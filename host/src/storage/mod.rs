@@ -326,7 +326,7 @@ impl Db {
             };
             out = Some(f(&mut tx)?);
             if shared && (tx.touched != 0 || tx.queued_delivery) {
-                let message = announcement(&watches, tx.touched, &tx.queued);
+                let message = announcement(&watches, tx.touched, &tx.queued, tx.emitted);
                 tx.inner.announce(&message)?;
             }
             if !flush && !tx.flush {
@@ -374,11 +374,19 @@ impl Db {
     }
 }
 
-/// What a commit tells the other processes on the same storage: `work` (it queued work), a
-/// `q <lane> <key>` line for the earliest key it queued in each lane for each store, and a
-/// `w <prefix>` line for each prefix of the watches it touched.
-fn announcement(watches: &[Arc<Changes>], touched: u64, queued: &queue::Queued) -> String {
+/// What a commit tells the other processes on the same storage: `work` (it queued work), `e` (it
+/// emitted events, for their fan-out), a `q <lane> <key>` line for the earliest key it queued in
+/// each lane for each store, and a `w <prefix>` line for each prefix of the watches it touched.
+fn announcement(
+    watches: &[Arc<Changes>],
+    touched: u64,
+    queued: &queue::Queued,
+    emitted: bool,
+) -> String {
     let mut message = String::from("work");
+    if emitted {
+        message.push_str("\ne");
+    }
     for (lane, keys) in queued.lanes().iter().enumerate() {
         for key in keys {
             message.push_str(&format!("\nq {lane} {key}"));
@@ -408,9 +416,12 @@ fn heard(
         .map(|w| w.read().unwrap_or_else(|e| e.into_inner()).clone());
     let mut queued = queue::Queued::default();
     let mut work = message.is_none();
+    let mut emitted = message.is_none();
     for line in message.unwrap_or_default().lines() {
         if line == "work" {
             work = true;
+        } else if line == "e" {
+            emitted = true;
         } else if let Some((lane, key)) = line.strip_prefix("q ").and_then(|l| l.split_once(' '))
             && let Ok(lane) = lane.parse::<usize>()
         {
@@ -438,7 +449,9 @@ fn heard(
     }
     if work && let Some(signal) = delivery.upgrade() {
         signal.ring_queued(&queued);
-        signal.ring_outbox(); // It may have emitted events: every host fans out.
+        if emitted {
+            signal.ring_outbox(); // Every host fans out (its own stores, see `peers`).
+        }
     }
 }
 
@@ -775,6 +788,32 @@ fn decode<T: DeserializeOwned>(key: &str, bytes: &[u8]) -> Result<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn another_hosts_commit_rings_the_fan_out_only_when_it_emitted_events() {
+        use futures::FutureExt as _;
+        let signal = Arc::new(queue::Signal::default());
+        let (delivery, watches) = (Arc::downgrade(&signal), std::sync::Weak::new());
+        heard(
+            Some("work\nq 0 work/webhook/1/store_a/wh_a/evt_1"),
+            &delivery,
+            &watches,
+        );
+        assert!(
+            signal.notified().now_or_never().is_some(),
+            "the engine rung"
+        );
+        assert!(
+            signal.outbox_notified().now_or_never().is_none(),
+            "no event: the fan-out not rung"
+        );
+        heard(Some("work\ne"), &delivery, &watches);
+        assert!(signal.outbox_notified().now_or_never().is_some());
+        // Announcements may have been missed: both.
+        heard(None, &delivery, &watches);
+        assert!(signal.notified().now_or_never().is_some());
+        assert!(signal.outbox_notified().now_or_never().is_some());
+    }
 
     fn temp_db() -> (Db, std::path::PathBuf) {
         let dir = std::env::temp_dir().join(format!(
