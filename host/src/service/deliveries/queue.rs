@@ -95,15 +95,16 @@ pub fn fan_out(
     // stores, and another host's once they have waited (see `peers`); and within that each starts
     // each store's backlog at a part of its own, so that two hosts do not both fan out the same
     // entries (one would lose the conflict and repeat its transaction).
-    let spread = db.is_shared().then(|| {
+    let mut spread = None;
+    if db.is_shared() {
         let now_ms = millis(now);
         listed.retain(|(_, entry)| {
             let made = crate::model::ids::created_ms(entry.event_id.as_str()).unwrap_or(0);
             let waited = std::time::Duration::from_millis(now_ms.saturating_sub(made));
             service.peers.takes(entry.store_id.as_str(), waited)
         });
-        service.holder.spread()
-    });
+        spread = Some(service.holder.spread());
+    }
     let count = listed.len();
     let mut turns = StoreTurns::new(listed, spread);
     let mut chunk: Vec<Prepared> = Vec::new();
