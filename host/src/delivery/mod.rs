@@ -502,12 +502,13 @@ struct Lane {
     /// round reads the lane again only once new work is queued in it, or on the next poll or
     /// sweep (which find retries that came due meanwhile), so an idle lane costs a round no read.
     drained: bool,
-    /// Where new work was queued, for each store (a few: see
-    /// [`STORES_NOTED`](crate::storage::queue::STORES_NOTED)): read from each too next round, even
+    /// Where new work was queued, for each group of each store (a few: see
+    /// [`KEYS_NOTED`](crate::storage::queue::KEYS_NOTED)): read from each too next round, even
     /// into a full window (a store's event behind another's backlog that fills it), a few entries
-    /// at most ([`BEYOND_BATCH`]), of which those of a backlog's targets are left for the cursor
-    /// ([`Lane::keep_beyond`]), so that one store's backlog does not fill the lane through these
-    /// reads. A read that kept all of a full batch goes on from its last entry next round.
+    /// of the group at most ([`BEYOND_BATCH`]; [`BEYOND_PER_STORE`] for a store in a round), of
+    /// which those of a backlog's targets are left for the cursor ([`Lane::keep_beyond`]), so
+    /// that one store's backlog does not fill the lane through these reads. A read that kept
+    /// all of a full batch goes on from its last entry next round.
     beyond: Vec<String>,
 }
 
@@ -542,6 +543,12 @@ impl Lane {
 
 /// Entries read from where a store queued new work (see [`Lane::beyond`]).
 const BEYOND_BATCH: usize = 32;
+
+/// Entries a round reads from where one store queued new work, over all its groups (see
+/// [`Shared::refill`]): a backlog's first group, then no more of it (as much as the read of a
+/// store's earliest work alone took before it was read group by group), while a store's events
+/// committed one by one, a group each, all come in.
+const BEYOND_PER_STORE: usize = BEYOND_BATCH;
 
 /// Ready entries kept per lane: more are read when fewer than [`READY_LOW`] are left.
 const READY_MAX: usize = 1024;
@@ -591,7 +598,7 @@ impl Lanes {
                 // on a stopped clock) may precede.
                 let from = just_before(&queued);
                 if !lane.beyond.iter().any(|b| b == from)
-                    && lane.beyond.len() < crate::storage::queue::STORES_NOTED
+                    && lane.beyond.len() < crate::storage::queue::KEYS_NOTED
                 {
                     lane.beyond.push(from.to_owned());
                 }
@@ -670,18 +677,33 @@ impl Shared {
 
     /// Reads the lane's due entries into memory: on from its cursor ([`Shared::refill_on`]),
     /// and a batch from where new work was queued past it, for targets with few ready
-    /// ([`Lane::beyond`]).
+    /// ([`Lane::beyond`]): each read stays in the group of the key it starts from (one store's
+    /// work due in one millisecond), and a store's reads of a round stop once they have read
+    /// [`BEYOND_PER_STORE`] entries.
     fn refill(&self, kind: WorkKind, now: Timestamp, lane: &mut Lane) -> Result<()> {
         let beyond = std::mem::take(&mut lane.beyond);
         self.refill_on(kind, now, lane)?;
+        let mut read_for: Vec<(String, usize)> = Vec::new();
         for from in beyond {
             if lane.cursor.as_deref().is_some_and(|c| from.as_str() < c)
                 || lane.ready.len() >= READY_HARD_MAX
             {
                 continue; // The cursor's read passed it (or the lane holds all it may).
             }
+            let store = crate::storage::queue::store_of_key(&from);
+            let read = match read_for.iter_mut().find(|(s, _)| s == store) {
+                Some((_, read)) => read,
+                None => {
+                    read_for.push((store.to_owned(), 0));
+                    &mut read_for.last_mut().expect("just pushed").1
+                }
+            };
+            if *read >= BEYOND_PER_STORE {
+                continue; // A backlog's groups: the cursor reads them.
+            }
             let db = &self.service.db;
-            let batch = crate::storage::queue::due_raw(db, kind, now, Some(&from), BEYOND_BATCH)?;
+            let batch = crate::storage::queue::due_in_group(db, now, &from, BEYOND_BATCH)?;
+            *read += batch.len();
             let last = (batch.len() == BEYOND_BATCH)
                 .then(|| batch.last().map(|(key, _)| key.clone()))
                 .flatten();
@@ -689,7 +711,7 @@ impl Shared {
             if lane.keep_beyond(batch, |key| {
                 self.fair.is_taken(key) || !self.takes(key, now_ms)
             }) && let Some(last) = last
-                && lane.beyond.len() < crate::storage::queue::STORES_NOTED
+                && lane.beyond.len() < crate::storage::queue::KEYS_NOTED
             {
                 lane.beyond.push(last); // More may follow: read on from there next round.
             }
@@ -1343,6 +1365,112 @@ mod tests {
                 just_before(&key(90, "sto_loud")),
                 just_before(&key(90, "sto_quiet"))
             ]
+        );
+    }
+
+    /// The engine's shared state over a fresh sled database, its clock at `now`, with no
+    /// engine running.
+    fn shared_at(now: Timestamp) -> (Arc<Shared>, tempfile::TempDir) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = crate::storage::Db::open_sled(dir.path(), false).expect("db");
+        let clock = crate::model::clock::ManualClock::new(now);
+        let service = Service::new(db, Arc::new(clock), "admin").expect("service");
+        let timeouts = Timeouts::new(Duration::from_secs(10));
+        let (recorder, _) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            http: HttpClient::new(service.network.clone(), timeouts).expect("client"),
+            mail: HostMail::new(None, "host@example.com", timeouts.smtp).expect("mail"),
+            plugins: None,
+            wake: service.db.delivery_signal(),
+            service,
+            fair: Fair::new(64, 8, 8),
+            last_sweep: Mutex::new(std::time::Instant::now()),
+            owners: Mutex::default(),
+            done: Notify::new(),
+            events: Mutex::default(),
+            recorder,
+        });
+        (shared, dir)
+    }
+
+    #[test]
+    fn a_stores_events_committed_in_turn_with_anothers_burst_are_all_read_past_a_full_window() {
+        let now: Timestamp = "2026-01-05T00:00:01Z".parse().expect("ts");
+        let (shared, _dir) = shared_at(now);
+        let db = &shared.service.db;
+        let ms = |n: i64| Timestamp::from_millisecond(n).expect("ts");
+        let webhook = |n: usize| TargetRef::Webhook(format!("wh_{n:03}").parse().expect("id"));
+        let work = |store: &str, target: TargetRef, event: String| {
+            Work::Delivery(DueEntry {
+                store_id: store.parse().expect("id"),
+                target,
+                event_id: event.parse().expect("id"),
+            })
+        };
+        // A loud store's backlog the window has not reached: its cursor stopped at the first
+        // millisecond, with a full window of earlier work ready.
+        db.tx(|tx| {
+            for n in 0..300 {
+                tx.enqueue(
+                    &work("store_loud", webhook(n % 50), format!("evt_b{n:03}")),
+                    ms(1),
+                )?;
+            }
+            Ok(())
+        })
+        .expect("backlog");
+        let webhooks = crate::storage::queue::lane_index(WorkKind::Webhook);
+        let mut lanes = Lanes::default();
+        let lane = &mut lanes.lanes[webhooks];
+        for n in 0..READY_MAX {
+            lane.ready.insert(
+                format!(
+                    "work/webhook/{:020}/store_loud/wh_{:03}/evt_r{n:04}",
+                    0,
+                    n % 50
+                ),
+                Vec::new(),
+            );
+        }
+        lane.cursor = Some(format!("work/webhook/{:020}/", 1));
+        lane.drained = false;
+        let _ = shared.wake.take_earliest();
+        // Then, before the engine's next round, the burst goes on (an event to 50 webhooks each
+        // millisecond), and a quiet store commits an event in each of those milliseconds.
+        let quiet = 4;
+        for n in 0..quiet {
+            let at = ms(2 + n);
+            db.tx(|tx| {
+                for w in 0..50 {
+                    tx.enqueue(&work("store_loud", webhook(w), format!("evt_l{n:03}")), at)?;
+                }
+                Ok(())
+            })
+            .expect("burst");
+            db.tx(|tx| {
+                tx.enqueue(
+                    &work("store_quiet", webhook(900), format!("evt_q{n:03}")),
+                    at,
+                )
+                .map(drop)
+            })
+            .expect("quiet");
+        }
+        lanes.start_at(shared.wake.take_earliest());
+        shared
+            .refill(WorkKind::Webhook, now, &mut lanes.lanes[webhooks])
+            .expect("refill");
+        let lane = &lanes.lanes[webhooks];
+        let quiet_key =
+            |n: i64| work("store_quiet", webhook(900), format!("evt_q{n:03}")).key(ms(2 + n));
+        assert_eq!(
+            lane.ready.ready_in_group_of(&quiet_key(0)),
+            quiet as usize,
+            "each of the quiet store's events is ready"
+        );
+        assert!(
+            lane.cursor.as_deref() < Some(quiet_key(0).as_str()),
+            "the cursor has not reached them: they came from the reads past the window"
         );
     }
 

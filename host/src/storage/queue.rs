@@ -76,18 +76,38 @@ impl Signal {
     }
 }
 
-/// Stores whose earliest key [`Queued`] keeps apart in a lane: past them, a key takes the place
+/// Stores whose earliest keys [`Queued`] keeps apart in a lane: past them, a key takes the place
 /// of the latest one when it is earlier (the engine's cursor and sweep find the others).
 pub const STORES_NOTED: usize = 16;
 
-/// The earliest key queued in each lane (in the order of [`WorkKind::ALL`]) for each store, of
-/// [`STORES_NOTED`] stores at most.
+/// Groups (a store's work due in one millisecond, see [`group_of_key`]) that [`Queued`] keeps
+/// apart for each store: its earliest ones. A store's events committed one after another while
+/// the engine was busy each queue their work in a group of their own, and another store's
+/// backlog due in the same milliseconds lies between them in the lane.
+pub const GROUPS_PER_STORE: usize = 8;
+
+/// Keys [`Queued`] keeps in a lane at most.
+pub const KEYS_NOTED: usize = STORES_NOTED * GROUPS_PER_STORE;
+
+/// The earliest key queued in each lane (in the order of [`WorkKind::ALL`]) for each group of
+/// each store ([`GROUPS_PER_STORE`] groups of [`STORES_NOTED`] stores at most).
 #[derive(Debug, Default)]
 pub(super) struct Queued([Vec<String>; 4]);
 
-/// The store a queue key names (`work/{kind}/{due}/{store}/…`).
-fn store_of_key(key: &str) -> &str {
+/// The store a queue key names (`work/{kind}/{due}/{store}/…`; a mail's key, which names none,
+/// stands for itself).
+pub fn store_of_key(key: &str) -> &str {
     key.split('/').nth(3).unwrap_or(key)
+}
+
+/// The group of a queue key: the work of one store due in one millisecond, the key's prefix
+/// `work/{kind}/{due}/{store}/` (a key without a store, a mail's, is a group of its own). A
+/// group's entries are next to each other in the lane, wherever other stores' work lies.
+pub fn group_of_key(key: &str) -> &str {
+    key.match_indices('/')
+        .nth(3)
+        .and_then(|(i, _)| key.get(..=i))
+        .unwrap_or(key)
 }
 
 impl Queued {
@@ -96,19 +116,36 @@ impl Queued {
         &self.0
     }
 
-    /// Notes `key` as queued in lane `index` (also what another process announced).
+    /// Notes `key` as queued in lane `index` (also what another process announced): the
+    /// earliest key of its group is kept, of the earliest [`GROUPS_PER_STORE`] groups of its
+    /// store, of [`STORES_NOTED`] stores.
     pub(super) fn note_lane(&mut self, index: usize, key: &str) {
         let Some(keys) = self.0.get_mut(index) else {
             return;
         };
-        let store = store_of_key(key);
-        if let Some(same) = keys.iter_mut().find(|k| store_of_key(k) == store) {
+        let group = group_of_key(key);
+        // A commit queues its work group by group: the last group noted is the likely one.
+        if let Some(same) = keys.iter_mut().rev().find(|k| group_of_key(k) == group) {
             if key < same.as_str() {
                 *same = key.to_owned();
             }
-        } else if keys.len() < STORES_NOTED {
+            return;
+        }
+        let store = store_of_key(key);
+        let of_store = keys.iter().filter(|k| store_of_key(k) == store).count();
+        if of_store > 0 && of_store < GROUPS_PER_STORE
+            || of_store == 0 && stores_in(keys) < STORES_NOTED
+        {
             keys.push(key.to_owned());
-        } else if let Some(latest) = keys.iter_mut().max()
+            return;
+        }
+        // Full: the key takes the place of the latest one (of its store's, when it has its
+        // share of groups) when it is earlier.
+        let only_store = of_store > 0;
+        if let Some(latest) = keys
+            .iter_mut()
+            .filter(|k| !only_store || store_of_key(k) == store)
+            .max()
             && key < latest.as_str()
         {
             *latest = key.to_owned();
@@ -118,6 +155,14 @@ impl Queued {
     fn note(&mut self, kind: WorkKind, key: &str) {
         self.note_lane(lane_index(kind), key);
     }
+}
+
+/// How many stores `keys` name.
+fn stores_in(keys: &[String]) -> usize {
+    let mut stores: Vec<&str> = keys.iter().map(|k| store_of_key(k)).collect();
+    stores.sort_unstable();
+    stores.dedup();
+    stores.len()
 }
 
 /// The position of `kind` in [`WorkKind::ALL`].
@@ -213,6 +258,21 @@ pub fn due_raw(
         .into_iter()
         .take_while(|(key, _)| due_ms_of(key).is_some_and(|due| due <= now_ms))
         .collect())
+}
+
+/// Up to `limit` entries of the group of `from` ([`group_of_key`]: one store's work due in one
+/// millisecond) after the key `from`, if that millisecond is due at `now`, as stored.
+pub fn due_in_group(
+    db: &Db,
+    now: Timestamp,
+    from: &str,
+    limit: usize,
+) -> Result<Vec<(String, Vec<u8>)>> {
+    let group = group_of_key(from);
+    if due_ms_of(group).is_none_or(|due| due > millis(now)) {
+        return Ok(Vec::new());
+    }
+    db.list_raw(group, Some(from), limit)
 }
 
 /// Up to `limit` entries of `kind` due at `now`, in due order, after the key `after`. Fewer than
@@ -410,9 +470,17 @@ mod tests {
         db.tx(|tx| tx.enqueue(&message(3), at(30)).map(drop))
             .expect("enqueue");
         let earliest = signal.take_earliest();
+        // Each group of the store apart (its work due in one millisecond: see
+        // `group_of_key`), the earliest key of each.
+        let mut messages = earliest[lane_index(WorkKind::Message)].clone();
+        messages.sort();
         assert_eq!(
-            earliest[lane_index(WorkKind::Message)],
-            vec![message(1).key(at(10))]
+            messages,
+            vec![
+                message(1).key(at(10)),
+                message(2).key(at(20)),
+                message(3).key(at(30))
+            ]
         );
         assert_eq!(
             earliest[lane_index(WorkKind::Mail)]
@@ -436,16 +504,21 @@ mod tests {
         assert_eq!(signal.take_earliest(), <[Vec<String>; 4]>::default());
     }
 
+    /// The `n`th message of `store`, as queued work.
+    fn of(store: &str, n: u32) -> Work {
+        Work::Message {
+            store_id: store.parse().expect("id"),
+            message_id: format!("msg_{n:03}").parse().expect("id"),
+        }
+    }
+
     #[test]
     fn a_commit_tells_each_stores_earliest_work_apart_for_a_few_stores() {
         let (db, _dir) = temp_db();
         let signal = db.delivery_signal();
-        let of = |store: &str, n: u32| Work::Message {
-            store_id: store.parse().expect("id"),
-            message_id: format!("msg_{n}").parse().expect("id"),
-        };
         // Another store's work queued in the same commit as one store's backlog, later in key
-        // order: told apart, so the engine reads from each.
+        // order: told apart, so the engine reads from each; and each store's groups (its work
+        // due in one millisecond) apart, each from its earliest key.
         db.tx(|tx| {
             for n in 0..100 {
                 tx.enqueue(&of("store_a", n), at(10))?;
@@ -457,7 +530,11 @@ mod tests {
         let lane = lane_index(WorkKind::Message);
         assert_eq!(
             signal.take_earliest()[lane],
-            vec![of("store_a", 100).key(at(5)), of("store_b", 0).key(at(10))]
+            vec![
+                of("store_a", 0).key(at(10)),
+                of("store_b", 0).key(at(10)),
+                of("store_a", 100).key(at(5))
+            ]
         );
         // Past a few stores, the earliest keys are kept.
         db.tx(|tx| {
@@ -474,6 +551,56 @@ mod tests {
             .collect();
         expected.sort();
         assert_eq!(kept, expected);
+    }
+
+    #[test]
+    fn a_stores_commits_in_turn_with_anothers_backlog_are_each_told_up_to_its_share_of_groups() {
+        let (db, _dir) = temp_db();
+        let signal = db.delivery_signal();
+        // A quiet store's events, each committed a millisecond after the last, between the
+        // commits of a loud store's backlog due in the same milliseconds, before the engine
+        // looks.
+        let quiet = (GROUPS_PER_STORE + 2) as u32;
+        for n in 0..quiet {
+            let ms = 10 + i64::from(n);
+            db.tx(|tx| {
+                for m in 0..50 {
+                    tx.enqueue(&of("store_loud", 50 * n + m), at(ms))?;
+                }
+                Ok(())
+            })
+            .expect("enqueue");
+            db.tx(|tx| tx.enqueue(&of("store_quiet", n), at(ms)).map(drop))
+                .expect("enqueue");
+        }
+        let noted = &signal.take_earliest()[lane_index(WorkKind::Message)];
+        let of_store = |store: &str| -> Vec<String> {
+            let mut keys: Vec<String> = noted
+                .iter()
+                .filter(|k| store_of_key(k) == store)
+                .cloned()
+                .collect();
+            keys.sort();
+            keys
+        };
+        // Each group's earliest key, of each store's earliest groups.
+        let expected = |store: &str, first: fn(u32) -> u32| -> Vec<String> {
+            (0..GROUPS_PER_STORE as u32)
+                .map(|n| of(store, first(n)).key(at(10 + i64::from(n))))
+                .collect()
+        };
+        assert_eq!(of_store("store_quiet"), expected("store_quiet", |n| n));
+        assert_eq!(of_store("store_loud"), expected("store_loud", |n| 50 * n));
+        assert!(noted.len() <= KEYS_NOTED);
+        // A group is one store's work due in one millisecond, wherever others' lies.
+        let key = of("store_quiet", 1).key(at(11));
+        let group = group_of_key(&key);
+        assert!(key.starts_with(group) && group.ends_with("/store_quiet/"));
+        assert_eq!(due_ms_of(group), Some(11_000));
+        assert_eq!(
+            group_of_key("work/mail/00000000000000000001/mail_a"),
+            "work/mail/00000000000000000001/mail_a"
+        );
     }
 
     #[test]
