@@ -374,9 +374,16 @@ impl Db {
     }
 }
 
+/// The longest announcement made (bytes): PostgreSQL refuses a `NOTIFY` payload of 8 000 bytes or
+/// more, and with it the transaction that announces it.
+const ANNOUNCEMENT_MAX: usize = 7_000;
+
 /// What a commit tells the other processes on the same storage: `work` (it queued work), `e` (it
-/// emitted events, for their fan-out), a `q <lane> <key>` line for the earliest key it queued in
-/// each lane for each store, and a `w <prefix>` line for each prefix of the watches it touched.
+/// emitted events, for their fan-out), a `w <prefix>` line for each prefix of the watches it
+/// touched, and `q <lane> <key>` lines for the earliest key it queued in each group of each
+/// store (see [`queue::Queued`]): each store's earliest in each lane first, then the others,
+/// while the message stays within [`ANNOUNCEMENT_MAX`] (the keys left out are found by the other
+/// engines' cursors and sweeps).
 fn announcement(
     watches: &[Arc<Changes>],
     touched: u64,
@@ -387,11 +394,6 @@ fn announcement(
     if emitted {
         message.push_str("\ne");
     }
-    for (lane, keys) in queued.lanes().iter().enumerate() {
-        for key in keys {
-            message.push_str(&format!("\nq {lane} {key}"));
-        }
-    }
     for (i, changes) in watches.iter().enumerate() {
         if touched & watch_bit(i) != 0 {
             for prefix in changes.prefixes.iter() {
@@ -399,6 +401,25 @@ fn announcement(
                 message.push_str(&String::from_utf8_lossy(prefix));
             }
         }
+    }
+    let lines = queued.lanes().iter().enumerate().flat_map(|(lane, keys)| {
+        keys.iter().map(move |key| {
+            let store = queue::store_of_key(key);
+            let first = keys
+                .iter()
+                .filter(|k| queue::store_of_key(k) == store)
+                .all(|k| k >= key);
+            (!first, lane, key)
+        })
+    });
+    let mut lines: Vec<_> = lines.collect();
+    lines.sort_by_key(|(later, ..)| *later);
+    for (_, lane, key) in lines {
+        let line = format!("\nq {lane} {key}");
+        if message.len() + line.len() > ANNOUNCEMENT_MAX {
+            break;
+        }
+        message.push_str(&line);
     }
     message
 }
@@ -813,6 +834,70 @@ mod tests {
         heard(None, &delivery, &watches);
         assert!(signal.notified().now_or_never().is_some());
         assert!(signal.outbox_notified().now_or_never().is_some());
+    }
+
+    #[test]
+    fn an_announcement_fits_postgresqls_notify_and_names_each_stores_earliest_work_first() {
+        use crate::model::delivery::{DueEntry, TargetRef};
+        use crate::model::ids::{EventId, StoreId, WebhookId};
+        use crate::model::work::{Work, WorkKind};
+        let (db, dir) = temp_db();
+        let signal = db.delivery_signal();
+        let watches = db.watch(&["inst/"]);
+        let now = jiff::Timestamp::now();
+        let stores: Vec<StoreId> = (0..queue::STORES_NOTED)
+            .map(|_| StoreId::generate(now))
+            .collect();
+        // A commit that queued work in every group it may name, of every store it may name.
+        db.tx(|tx| {
+            tx.write("inst/a", &1)?;
+            for store in &stores {
+                for group in 0..queue::GROUPS_PER_STORE {
+                    let work = Work::Delivery(DueEntry {
+                        store_id: store.clone(),
+                        target: TargetRef::Webhook(WebhookId::generate(now)),
+                        event_id: EventId::generate(now),
+                    });
+                    let at = now
+                        .checked_add(jiff::SignedDuration::from_millis(group as i64))
+                        .expect("ts");
+                    tx.enqueue(&work, at)?;
+                }
+            }
+            Ok(())
+        })
+        .expect("commit");
+        let lane = queue::lane_index(WorkKind::Webhook);
+        let mut queued = queue::Queued::default();
+        for key in &signal.take_earliest()[lane] {
+            queued.note_lane(lane, key);
+        }
+        assert_eq!(queued.lanes()[lane].len(), queue::KEYS_NOTED);
+        let message = announcement(&[watches], 1, &queued, true);
+        assert!(message.len() <= ANNOUNCEMENT_MAX, "{} bytes", message.len());
+        assert!(
+            message.contains("\nw inst/"),
+            "the watches' lines are all there"
+        );
+        // Heard by another host: each store's earliest work is named, not every group.
+        let other = Arc::new(queue::Signal::default());
+        heard(
+            Some(&message),
+            &Arc::downgrade(&other),
+            &std::sync::Weak::new(),
+        );
+        let named = &other.take_earliest()[lane];
+        for store in &stores {
+            let earliest = queued.lanes()[lane]
+                .iter()
+                .filter(|k| queue::store_of_key(k) == store.as_str())
+                .min()
+                .expect("queued");
+            assert!(named.contains(earliest), "{store}'s earliest named");
+        }
+        assert!(named.len() < queue::KEYS_NOTED, "not every group fits");
+        drop(db);
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     fn temp_db() -> (Db, std::path::PathBuf) {
