@@ -505,7 +505,7 @@ struct Lane {
     /// Where new work was queued, for each group of each store (a few: see
     /// [`KEYS_NOTED`](crate::storage::queue::KEYS_NOTED)): read from each too next round, even
     /// into a full window (a store's event behind another's backlog that fills it), a few entries
-    /// of the group at most ([`BEYOND_BATCH`]; [`BEYOND_PER_STORE`] for a store in a round), of
+    /// of the group at most ([`BEYOND_BATCH`]; one group of a store a round), of
     /// which those of a backlog's targets are left for the cursor ([`Lane::keep_beyond`]), so
     /// that one store's backlog does not fill the lane through these reads. A read that kept
     /// all of a full batch goes on from its last entry next round.
@@ -543,12 +543,6 @@ impl Lane {
 
 /// Entries read from where a store queued new work (see [`Lane::beyond`]).
 const BEYOND_BATCH: usize = 32;
-
-/// Entries a round reads from where one store queued new work, over all its groups (see
-/// [`Shared::refill`]): a backlog's first group, then no more of it (as much as the read of a
-/// store's earliest work alone took before it was read group by group), while a store's events
-/// committed one by one, a group each, all come in.
-const BEYOND_PER_STORE: usize = BEYOND_BATCH;
 
 /// Ready entries kept per lane: more are read when fewer than [`READY_LOW`] are left.
 const READY_MAX: usize = 1024;
@@ -654,7 +648,9 @@ impl Shared {
         self.fair.begin_round();
         for kind in WorkKind::ALL {
             let lane = &mut lanes.lanes[crate::storage::queue::lane_index(kind)];
-            self.refill(kind, now, lane)?;
+            if self.refill(kind, now, lane)? {
+                self.done.notify_one(); // Groups read next round, at once.
+            }
             self.dispatch_lane(kind, budget, lane, tasks)?;
         }
         Ok(())
@@ -677,13 +673,17 @@ impl Shared {
 
     /// Reads the lane's due entries into memory: on from its cursor ([`Shared::refill_on`]),
     /// and a batch from where new work was queued past it, for targets with few ready
-    /// ([`Lane::beyond`]): each read stays in the group of the key it starts from (one store's
-    /// work due in one millisecond), and a store's reads of a round stop once they have read
-    /// [`BEYOND_PER_STORE`] entries.
-    fn refill(&self, kind: WorkKind, now: Timestamp, lane: &mut Lane) -> Result<()> {
+    /// ([`Lane::beyond`]). Each such read stays in the group of the key it starts from (one
+    /// store's work due in one millisecond), and a round reads one group of each store: a
+    /// store's other groups wait for the next round when all it read was kept, and are left for
+    /// the cursor when the read met a backlog's targets. Returns whether groups wait for the next
+    /// round (the caller wakes it).
+    fn refill(&self, kind: WorkKind, now: Timestamp, lane: &mut Lane) -> Result<bool> {
         let beyond = std::mem::take(&mut lane.beyond);
         self.refill_on(kind, now, lane)?;
-        let mut read_for: Vec<(String, usize)> = Vec::new();
+        // The stores read this round, and whether the read met a backlog.
+        let mut read: Vec<(String, bool)> = Vec::new();
+        let mut waiting = false;
         for from in beyond {
             if lane.cursor.as_deref().is_some_and(|c| from.as_str() < c)
                 || lane.ready.len() >= READY_HARD_MAX
@@ -691,32 +691,35 @@ impl Shared {
                 continue; // The cursor's read passed it (or the lane holds all it may).
             }
             let store = crate::storage::queue::store_of_key(&from);
-            let read = match read_for.iter_mut().find(|(s, _)| s == store) {
-                Some((_, read)) => read,
-                None => {
-                    read_for.push((store.to_owned(), 0));
-                    &mut read_for.last_mut().expect("just pushed").1
+            match read.iter().find(|(s, _)| s == store) {
+                Some((_, true)) => continue, // A backlog's: the cursor reads it.
+                Some((_, false)) => {
+                    if lane.beyond.len() < crate::storage::queue::KEYS_NOTED {
+                        lane.beyond.push(from);
+                        waiting = true;
+                    }
+                    continue;
                 }
-            };
-            if *read >= BEYOND_PER_STORE {
-                continue; // A backlog's groups: the cursor reads them.
+                None => {}
             }
             let db = &self.service.db;
             let batch = crate::storage::queue::due_in_group(db, now, &from, BEYOND_BATCH)?;
-            *read += batch.len();
             let last = (batch.len() == BEYOND_BATCH)
                 .then(|| batch.last().map(|(key, _)| key.clone()))
                 .flatten();
             let now_ms = millis(now);
-            if lane.keep_beyond(batch, |key| {
+            let all = lane.keep_beyond(batch, |key| {
                 self.fair.is_taken(key) || !self.takes(key, now_ms)
-            }) && let Some(last) = last
+            });
+            read.push((store.to_owned(), !all));
+            if all
+                && let Some(last) = last
                 && lane.beyond.len() < crate::storage::queue::KEYS_NOTED
             {
                 lane.beyond.push(last); // More may follow: read on from there next round.
             }
         }
-        Ok(())
+        Ok(waiting)
     }
 
     /// Reads the lane's due entries on from its cursor into memory, when new work was queued or
@@ -1457,9 +1460,16 @@ mod tests {
             .expect("quiet");
         }
         lanes.start_at(shared.wake.take_earliest());
-        shared
+        // A round reads one of the quiet store's groups, and the next round the next, at once.
+        let mut rounds = 1;
+        while shared
             .refill(WorkKind::Webhook, now, &mut lanes.lanes[webhooks])
-            .expect("refill");
+            .expect("refill")
+        {
+            rounds += 1;
+            assert!(rounds <= 2 * quiet, "the groups waiting run out");
+        }
+        assert_eq!(rounds, quiet, "a group of the quiet store a round");
         let lane = &lanes.lanes[webhooks];
         let quiet_key =
             |n: i64| work("store_quiet", webhook(900), format!("evt_q{n:03}")).key(ms(2 + n));
