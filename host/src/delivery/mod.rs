@@ -262,6 +262,32 @@ struct Shared {
     recorder: mpsc::UnboundedSender<Pending>,
 }
 
+impl Shared {
+    /// The engine's state over `service`, its work sent to `recorder` to be recorded.
+    fn new(
+        service: Service,
+        timeouts: Timeouts,
+        mail: HostMail,
+        plugins: Option<Arc<crate::plugins::Plugins>>,
+        fair: Arc<Fair>,
+        recorder: mpsc::UnboundedSender<Pending>,
+    ) -> Result<Self> {
+        Ok(Self {
+            http: HttpClient::new(service.network.clone(), timeouts)?,
+            mail,
+            plugins,
+            wake: service.db.delivery_signal(),
+            service,
+            fair,
+            last_sweep: Mutex::new(std::time::Instant::now()),
+            owners: Mutex::default(),
+            done: Notify::new(),
+            events: Mutex::default(),
+            recorder,
+        })
+    }
+}
+
 impl Engine {
     /// Starts the engine on the current runtime. Without `plugins`, deliveries to components
     /// fail (a host that runs no components).
@@ -278,19 +304,10 @@ impl Engine {
             MESSAGE_CONCURRENCY,
         );
         let recording = tokio::spawn(record_attempts(service.clone(), fair.clone(), pending));
-        let shared = Arc::new(Shared {
-            http: HttpClient::new(service.network.clone(), timeouts)?,
-            mail: HostMail::new(config.smtp_url.as_deref(), &config.mail_from, timeouts.smtp)?,
-            plugins,
-            wake: service.db.delivery_signal(),
-            service,
-            fair,
-            last_sweep: Mutex::new(std::time::Instant::now()),
-            owners: Mutex::default(),
-            done: Notify::new(),
-            events: Mutex::default(),
-            recorder,
-        });
+        let mail = HostMail::new(config.smtp_url.as_deref(), &config.mail_from, timeouts.smtp)?;
+        let shared = Arc::new(Shared::new(
+            service, timeouts, mail, plugins, fair, recorder,
+        )?);
         let (stop, stopped) = watch::channel(false);
         let alive = Arc::new(AtomicBool::new(false));
         let guard = AliveGuard::new(alive.clone());
@@ -1379,21 +1396,11 @@ mod tests {
         let clock = crate::model::clock::ManualClock::new(now);
         let service = Service::new(db, Arc::new(clock), "admin").expect("service");
         let timeouts = Timeouts::new(Duration::from_secs(10));
+        let mail = HostMail::new(None, "host@example.com", timeouts.smtp).expect("mail");
         let (recorder, _) = mpsc::unbounded_channel();
-        let shared = Arc::new(Shared {
-            http: HttpClient::new(service.network.clone(), timeouts).expect("client"),
-            mail: HostMail::new(None, "host@example.com", timeouts.smtp).expect("mail"),
-            plugins: None,
-            wake: service.db.delivery_signal(),
-            service,
-            fair: Fair::new(64, 8, 8),
-            last_sweep: Mutex::new(std::time::Instant::now()),
-            owners: Mutex::default(),
-            done: Notify::new(),
-            events: Mutex::default(),
-            recorder,
-        });
-        (shared, dir)
+        let fair = Fair::new(64, 8, 8);
+        let shared = Shared::new(service, timeouts, mail, None, fair, recorder).expect("shared");
+        (Arc::new(shared), dir)
     }
 
     #[test]
