@@ -402,18 +402,8 @@ fn announcement(
             }
         }
     }
-    'lanes: for (lane, keys) in queued.lanes().iter().enumerate() {
-        // Each store's earliest key, in one pass (a lane holds a few stores' groups).
-        let mut earliest: Vec<(&str, &String)> = Vec::new();
-        for key in keys {
-            let store = queue::store_of_key(key);
-            match earliest.iter_mut().find(|(s, _)| *s == store) {
-                Some((_, first)) if key < *first => *first = key,
-                Some(_) => {}
-                None => earliest.push((store, key)),
-            }
-        }
-        for (_, key) in earliest {
+    'lanes: for lane in 0..queued.lanes().len() {
+        for key in queued.earliest_of_stores(lane) {
             let line = format!("\nq {lane} {key}");
             if message.len() + line.len() > ANNOUNCEMENT_MAX {
                 break 'lanes;

@@ -116,6 +116,20 @@ impl Queued {
         &self.0
     }
 
+    /// Each store's earliest key in lane `index` (of its groups'), in the order first noted.
+    pub(super) fn earliest_of_stores(&self, index: usize) -> Vec<&str> {
+        let mut earliest: Vec<(&str, &str)> = Vec::new();
+        for key in self.0.get(index).into_iter().flatten() {
+            let store = store_of_key(key);
+            match earliest.iter_mut().find(|(s, _)| *s == store) {
+                Some((_, first)) if key.as_str() < *first => *first = key,
+                Some(_) => {}
+                None => earliest.push((store, key)),
+            }
+        }
+        earliest.into_iter().map(|(_, key)| key).collect()
+    }
+
     /// Notes `key` as queued in lane `index` (also what another process announced): the
     /// earliest key of its group is kept, of the earliest [`GROUPS_PER_STORE`] groups of its
     /// store, of [`STORES_NOTED`] stores.

@@ -13,7 +13,7 @@ use reqwest::Method;
 use serde_json::json;
 
 /// A scrape: each sample's name and labels, with its value.
-struct Scrape {
+pub(crate) struct Scrape {
     text: String,
     samples: Vec<(String, BTreeMap<String, String>, f64)>,
 }
@@ -45,7 +45,7 @@ impl Scrape {
     }
 
     /// The value of the sample `name` with exactly `labels`, if it was rendered.
-    fn get(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    pub(crate) fn get(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         let wanted: BTreeMap<String, String> = labels
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -62,7 +62,8 @@ impl Scrape {
     }
 }
 
-async fn scrape(host: &TestHost) -> Scrape {
+/// Scrapes `host`'s `/metrics` (a 200 in the Prometheus text format).
+pub(crate) async fn scrape(host: &TestHost) -> Scrape {
     let response = host
         .request(Method::GET, "/metrics")
         .send()

@@ -307,36 +307,16 @@ async fn a_stores_rate_limit_and_sms_quota_are_counted_across_both_hosts() {
     assert_eq!(accepted, 3, "the day's quota, once across both hosts");
 }
 
-/// The live hosts' gauge on `host`'s `/metrics`.
-async fn hosts_live(host: &TestHost) -> Option<f64> {
-    let text = host
-        .request(Method::GET, "/metrics")
-        .send()
-        .await
-        .expect("scraped")
-        .text()
-        .await
-        .expect("body");
-    text.lines()
-        .find_map(|line| line.strip_prefix("commerce_host_hosts_live "))
-        .and_then(|v| v.trim().parse().ok())
-}
+/// The live hosts' gauge.
+const HOSTS_LIVE: &str = "commerce_host_hosts_live";
 
-/// Waits up to `within` for `host`'s live hosts' gauge to read `wanted`.
-async fn wait_for_hosts_live(host: &TestHost, wanted: f64, within: Duration) {
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        let live = hosts_live(host).await;
-        if live == Some(wanted) {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{} live hosts, expected {wanted} within {within:?}",
-            live.map_or("no".to_owned(), |l| l.to_string())
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+/// Waits for `host`'s live hosts' gauge to read `wanted`.
+async fn wait_for_hosts_live(host: &TestHost, wanted: f64) {
+    host.eventually(&format!("{wanted} live hosts"), || async {
+        let live = crate::metrics::scrape(host).await.get(HOSTS_LIVE, &[]);
+        (live == Some(wanted)).then_some(())
+    })
+    .await;
 }
 
 /// Hosts on one database hear each other's heartbeats (they divide the delivery work by them,
@@ -346,13 +326,15 @@ async fn wait_for_hosts_live(host: &TestHost, wanted: f64, within: Duration) {
 async fn hosts_on_one_database_hear_each_others_heartbeats_and_a_stopped_one_leaves() {
     let a = TestHost::start().await;
     let Some(mut b) = second_host(&a).await else {
-        assert_eq!(hosts_live(&a).await, Some(1.0), "alone on sled");
+        let live = crate::metrics::scrape(&a).await.get(HOSTS_LIVE, &[]);
+        assert_eq!(live, Some(1.0), "alone on sled");
         return;
     };
-    // A heartbeat a second: each hears the other within two.
-    wait_for_hosts_live(&a, 2.0, Duration::from_secs(3)).await;
-    wait_for_hosts_live(&b, 2.0, Duration::from_secs(3)).await;
+    // A heartbeat a second: each hears the other.
+    wait_for_hosts_live(&a, 2.0).await;
+    wait_for_hosts_live(&b, 2.0).await;
     b.stop().await;
-    // Both hosts' clocks are stopped: only b's leaving can take it off the list.
-    wait_for_hosts_live(&a, 1.0, Duration::from_secs(3)).await;
+    // Both hosts' clocks are stopped, so the 5 s timeout never passes: only b's leaving can
+    // take it off the list.
+    wait_for_hosts_live(&a, 1.0).await;
 }
