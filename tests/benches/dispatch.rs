@@ -7,7 +7,8 @@
 //! host (a fresh process running `commerce_host::run` on that data folder) takes until it serves an
 //! event to one of them.
 //!
-//! `cargo bench -p commerce-host-tests --bench dispatch` (env `DISPATCH_EVENTS`, `PLUGINS`); the
+//! `cargo bench -p commerce-host-tests --bench dispatch` (env `DISPATCH_EVENTS`, `PLUGINS`,
+//! `DISPATCH_BURST`: the backlog drained, 1 000 by default); the
 //! figures also go to `target/bench/dispatch.json`.
 
 use std::time::{Duration, Instant};
@@ -248,7 +249,10 @@ async fn main() -> anyhow::Result<()> {
     engine
         .stop(tokio::time::Instant::now() + std::time::Duration::from_secs(30))
         .await;
-    let burst = events.min(1000);
+    let burst: usize = std::env::var("DISPATCH_BURST")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| events.min(1000));
     let already = count_attempts(&service, &store.id, &target)?;
     let recorded_before = attempts.count();
     let start = Instant::now();
@@ -263,6 +267,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let committed = start.elapsed();
     let start = Instant::now();
+    let cpu_before = commerce_host_tests::bench::process_cpu();
     let engine = commerce_host::delivery::Engine::start(
         service.clone(),
         commerce_host::delivery::EngineConfig::from(&config),
@@ -273,6 +278,7 @@ async fn main() -> anyhow::Result<()> {
         .wait_for(recorded_before + burst as u64, Duration::from_secs(600))
         .await?;
     let elapsed = last.saturating_duration_since(start);
+    let cpu = commerce_host_tests::bench::process_cpu().saturating_sub(cpu_before);
     engine
         .stop(tokio::time::Instant::now() + std::time::Duration::from_secs(30))
         .await;
@@ -280,13 +286,16 @@ async fn main() -> anyhow::Result<()> {
         count_attempts(&service, &store.id, &target)? == already + burst,
         "every event of the burst has its attempt in the log, once"
     );
+    let cpu_us = cpu.as_secs_f64() * 1e6 / burst as f64;
     println!(
-        "{:<44} {:>8.0} events/s   ({burst} committed in {:.2} s beforehand, all attempted in {:.2} s)",
+        "{:<44} {:>8.0} events/s   ({burst} committed in {:.2} s beforehand, all attempted in {:.2} s; \
+         {cpu_us:.0} µs of CPU an event, all threads)",
         "engine: burst (a backlog drained)",
         burst as f64 / elapsed.as_secs_f64(),
         committed.as_secs_f64(),
         elapsed.as_secs_f64()
     );
+    figures.set("engine_burst_cpu_us_per_event", cpu_us);
     figures.set(
         "burst_commit_events_per_s",
         burst as f64 / committed.as_secs_f64(),

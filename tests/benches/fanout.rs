@@ -319,6 +319,8 @@ fn burst_arrivals(arrivals: &Arrivals) -> Vec<((String, String), Instant)> {
 /// sent one at a time while it ran.
 struct Burst {
     per_s: f64,
+    /// CPU of the whole process (host, receiver, bench) per delivery, in µs.
+    cpu_us: f64,
     p50_ms: f64,
     p99_ms: f64,
     quiet_p50_ms: f64,
@@ -357,7 +359,7 @@ async fn burst(
         measured
     };
     let (quiet, loud) = tokio::join!(quiet, loud);
-    let (per_s, p50_ms, p99_ms) = loud?;
+    let (per_s, p50_ms, p99_ms, cpu_us) = loud?;
     let mut quiet = quiet?;
     let total = quiet.iter().sum();
     let quiet_max_ms = quiet.iter().max().map_or(0.0, |d| d.as_secs_f64() * 1e3);
@@ -370,6 +372,7 @@ async fn burst(
     println!("  another store meanwhile, the slowest   {quiet_max_ms:.2} ms");
     Ok(Burst {
         per_s,
+        cpu_us,
         p50_ms,
         p99_ms,
         quiet_p50_ms,
@@ -383,12 +386,13 @@ async fn burst_of(
     arrivals: &Arrivals,
     events: usize,
     subscriptions: usize,
-) -> anyhow::Result<(f64, f64, f64)> {
+) -> anyhow::Result<(f64, f64, f64, f64)> {
     let mut fired = HashMap::new();
     arrivals
         .burst
         .store(0, std::sync::atomic::Ordering::Relaxed);
     let start = Instant::now();
+    let cpu_before = commerce_host_tests::bench::process_cpu();
     for n in 0..events {
         let service = &hosts.services[n % hosts.services.len()];
         let data = OrderPaid {
@@ -410,6 +414,8 @@ async fn burst_of(
         anyhow::ensure!(Instant::now() < deadline, "deliveries did not finish");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    let cpu = commerce_host_tests::bench::process_cpu().saturating_sub(cpu_before);
+    let cpu_us = cpu.as_secs_f64() * 1e6 / (events * subscriptions) as f64;
     let arrived = burst_arrivals(arrivals);
     // Until the last delivery arrived (not until this loop saw it).
     let elapsed = arrived
@@ -428,18 +434,20 @@ async fn burst_of(
         .retain(|(_, path), _| path == QUIET);
     println!(
         "  {events} events x {subscriptions} subscriptions = {total} signed deliveries, {} host(s); \
-         events committed in {:.3} s = {:.0} events/s; all delivered after {:.3} s",
+         events committed in {:.3} s = {:.0} events/s; all delivered after {:.3} s; \
+         {cpu_us:.1} µs of CPU a delivery (the process: host, receiver, bench)",
         hosts.services.len(),
         fire_elapsed.as_secs_f64(),
         events as f64 / fire_elapsed.as_secs_f64(),
         elapsed.as_secs_f64(),
     );
-    Ok(report(
+    let (per_s, p50, p99) = report(
         "  engine burst (committed -> first attempt)",
         total,
         elapsed,
         &mut latencies,
-    ))
+    );
+    Ok((per_s, p50, p99, cpu_us))
 }
 
 /// What the bench sends: `events` × `subscriptions` deliveries at `concurrency`, and
@@ -468,6 +476,7 @@ async fn one_host(
     let burst = burst(&hosts, arrivals, sizes.events, sizes.subscriptions).await?;
     hosts.stop().await;
     figures.set(&format!("engine_deliveries_per_s{suffix}"), burst.per_s);
+    figures.set(&format!("engine_cpu_us_per_delivery{suffix}"), burst.cpu_us);
     figures.set(&format!("burst_first_attempt_p50_ms{suffix}"), burst.p50_ms);
     figures.set(&format!("burst_first_attempt_p99_ms{suffix}"), burst.p99_ms);
     figures.set(
@@ -517,6 +526,7 @@ async fn main() -> anyhow::Result<()> {
     let client = reqwest::Client::new();
     let semaphore = Arc::new(tokio::sync::Semaphore::new(concurrency));
     let start = Instant::now();
+    let cpu_before = commerce_host_tests::bench::process_cpu();
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..total {
         let permit = semaphore.clone().acquire_owned().await?;
@@ -542,6 +552,7 @@ async fn main() -> anyhow::Result<()> {
         anyhow::ensure!(ok, "baseline request failed");
         latencies.push(latency);
     }
+    let cpu = commerce_host_tests::bench::process_cpu().saturating_sub(cpu_before);
     arrivals.first.lock().expect("lock").clear();
     let (plain, _, _) = report(
         "  plain reqwest POST loop",
@@ -550,6 +561,9 @@ async fn main() -> anyhow::Result<()> {
         &mut latencies,
     );
     figures.set("plain_posts_per_s", plain);
+    let plain_cpu_us = cpu.as_secs_f64() * 1e6 / total as f64;
+    figures.set("plain_cpu_us_per_post", plain_cpu_us);
+    println!("  plain loop: {plain_cpu_us:.1} µs of CPU a POST (the process: client and receiver)");
     figures.set("engine_vs_plain_percent", 100.0 * per_s / plain);
     println!(
         "  engine deliveries/s = {:.0} % of the plain loop",

@@ -44,6 +44,25 @@ impl Figures {
     }
 }
 
+/// The CPU time this process has used so far, user and system, all its threads (those ended
+/// included): `/proc/self/stat`, in clock ticks of 10 ms. A figure per event from it moves less
+/// with the machine's other load than a rate does (the two cores here are shared), so the benches
+/// report both. Zero where `/proc` is not there.
+pub fn process_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command's name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    // `utime` and `stime` are the 14th and 15th fields: the 12th and 13th after the name.
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|&i| fields.get(i)?.parse::<u64>().ok())
+        .sum();
+    Duration::from_millis(ticks * 10)
+}
+
 /// The engine's attempts as they are recorded, seen without polling storage: a tracing layer
 /// that counts the `delivery.attempt` spans as they close (the engine closes an attempt's span
 /// once the attempt is recorded) and wakes whoever waits. A bench that polled storage in a loop
