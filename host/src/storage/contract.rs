@@ -5,7 +5,8 @@
 //!   aborts it and leaves nothing behind.
 //! - Inside a transaction, reads see the transaction's own writes and removals.
 //! - Transactions are serializable: concurrent read-modify-write transactions on one key lose no
-//!   update (the backend runs a loser again).
+//!   update (the backend runs a loser again), and a transaction never sees part of another's
+//!   writes (nor returns an error drawn from such a view).
 //! - Updates of one key ([`Storage::update`]) are atomic: concurrent ones lose none, the first
 //!   of them sees no value, and one that fails changes nothing.
 //! - Scans (outside transactions: sled has none inside) return keys under the prefix only, in
@@ -176,6 +177,67 @@ fn reads_made_ahead_are_the_transactions_own_and_lose_no_update() {
             Some(100),
             "{backend}: an update was lost"
         );
+    });
+}
+
+#[test]
+fn a_transaction_never_sees_half_of_another_ones_writes() {
+    // Writers keep "pair/a" and "pair/b" equal, changing both in each transaction; readers
+    // refuse (an error, which would abort them) whenever they see them differ. A backend that
+    // ran a reader's closure on values read at different times must run it again rather than
+    // return its error.
+    each_backend(|backend, db| {
+        db.tx(|tx| {
+            tx.write("pair/a", &0)?;
+            tx.write("pair/b", &0)
+        })
+        .expect("seed");
+        // One writer's transactions durable, the other's relaxed (which a backend may run
+        // optimistically, see `Storage::transact_optimistic`); the readers' relaxed.
+        let writers: Vec<_> = (0..2)
+            .map(|w| {
+                let db = db.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..50 {
+                        let both = |tx: &mut super::Tx<'_>| {
+                            let a: i64 = tx.read("pair/a")?.unwrap_or(0);
+                            tx.write("pair/a", &(a + 1))?;
+                            tx.write("pair/b", &(a + 1))
+                        };
+                        if w == 0 {
+                            db.tx(both)
+                        } else {
+                            db.tx_relaxed(both)
+                        }
+                        .expect("write both");
+                    }
+                })
+            })
+            .collect();
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let db = db.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..100 {
+                        db.tx_relaxed(|tx| {
+                            let a: i64 = tx.read("pair/a")?.unwrap_or(0);
+                            let b: i64 = tx.read("pair/b")?.unwrap_or(0);
+                            if a == b {
+                                Ok(())
+                            } else {
+                                Err(crate::Error::invalid("pair", format!("{a} != {b}")))
+                            }
+                        })
+                        .expect("a consistent pair");
+                    }
+                })
+            })
+            .collect();
+        for t in writers.into_iter().chain(readers) {
+            t.join().expect(backend);
+        }
+        let a: Option<i64> = db.read("pair/a").expect("read");
+        assert_eq!(a, Some(100), "{backend}: no write lost");
     });
 }
 

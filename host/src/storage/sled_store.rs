@@ -1,9 +1,14 @@
-//! The embedded backend: one sled tree, serializable transactions.
+//! The embedded backend: one sled tree, serializable transactions (the engine's optimistic, see
+//! [`SledStorage::transact_optimistic`]).
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::ops::Bound;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 use sled::transaction::{
     ConflictableTransactionError, TransactionError, TransactionalTree, UnabortableTransactionError,
@@ -17,6 +22,10 @@ use crate::model::error::{Error, Result};
 pub struct SledStorage {
     db: sled::Db,
     tree: sled::Tree,
+    /// Taken by every commit: a transaction runs in sled's (see [`SledStorage::transact`]) or
+    /// is applied as one batch after the keys it read are checked again (see
+    /// [`SledStorage::transact_optimistic`]), one at a time.
+    commit: Arc<Mutex<()>>,
 }
 
 /// How long opening waits for the folder's lock while it is held: sled's I/O threads keep the
@@ -57,9 +66,17 @@ impl SledStorage {
             }
         };
         let tree = db.open_tree("records")?;
-        Ok(Self { db, tree })
+        Ok(Self {
+            db,
+            tree,
+            commit: Arc::new(Mutex::new(())),
+        })
     }
 }
+
+/// How many times a transaction's closure runs outside the commit lock before it runs under it
+/// (see [`SledStorage::transact_optimistic`]).
+const OPTIMISTIC_TRIES: usize = 3;
 
 /// Marks a sled conflict travelling through our error type, so the transaction is retried.
 #[derive(Debug, thiserror::Error)]
@@ -89,6 +106,73 @@ impl Txn for SledTxn<'_> {
 
     fn delete(&mut self, key: &[u8]) -> Result<()> {
         self.0.remove(key).map(drop).map_err(txn_err)
+    }
+}
+
+/// A transaction's view of the tree while its closure runs, outside any lock: what it read
+/// (the first value of each key, kept for its later reads and checked again at the commit) and
+/// the writes it buffered (which its later reads see).
+struct Overlay<'a> {
+    tree: &'a sled::Tree,
+    reads: HashMap<Vec<u8>, Option<sled::IVec>>,
+    writes: HashMap<Vec<u8>, Option<Vec<u8>>>,
+}
+
+impl<'a> Overlay<'a> {
+    fn new(tree: &'a sled::Tree) -> Self {
+        Self {
+            tree,
+            reads: HashMap::new(),
+            writes: HashMap::new(),
+        }
+    }
+
+    /// Whether every key read still holds the value it read (under the commit lock: no other
+    /// transaction commits meanwhile).
+    fn still_valid(&self) -> Result<bool> {
+        for (key, seen) in &self.reads {
+            if self.tree.get(key)? != *seen {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// The buffered writes, as one batch (built before the commit lock is taken).
+    fn batch(&mut self) -> sled::Batch {
+        let mut batch = sled::Batch::default();
+        for (key, value) in self.writes.drain() {
+            match value {
+                Some(value) => batch.insert(key, value),
+                None => batch.remove(key),
+            }
+        }
+        batch
+    }
+}
+
+impl Txn for Overlay<'_> {
+    fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if let Some(written) = self.writes.get(key) {
+            return Ok(written.clone());
+        }
+        if let Some(seen) = self.reads.get(key) {
+            return Ok(seen.as_ref().map(|v| v.to_vec()));
+        }
+        let value = self.tree.get(key)?;
+        let out = value.as_ref().map(|v| v.to_vec());
+        self.reads.insert(key.to_vec(), value);
+        Ok(out)
+    }
+
+    fn put(&mut self, key: &[u8], value: Vec<u8>) -> Result<()> {
+        self.writes.insert(key.to_vec(), Some(value));
+        Ok(())
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<()> {
+        self.writes.insert(key.to_vec(), None);
+        Ok(())
     }
 }
 
@@ -138,7 +222,9 @@ impl Storage for SledStorage {
         Ok(out)
     }
 
+    /// The closure runs in a sled transaction, under the commit lock.
     fn transact(&self, f: &mut dyn FnMut(&mut dyn Txn) -> Result<()>) -> Result<()> {
+        let _commit = self.commit.lock();
         let f = RefCell::new(f);
         let result = self.tree.transaction(|t| {
             let mut f = f.borrow_mut();
@@ -157,6 +243,35 @@ impl Storage for SledStorage {
         }
     }
 
+    /// Optimistic: the closure runs outside any lock, reading the tree and buffering its writes;
+    /// then, under the commit lock, the keys it read are read again, and if none changed its
+    /// writes are applied as one atomic batch (sled writes a batch to its log as one unit,
+    /// recovered whole or not at all; no sled transaction, which reads the old value of every key
+    /// it writes). A changed key runs the closure again, on the current values; after
+    /// [`OPTIMISTIC_TRIES`] the closure runs in a sled transaction ([`SledStorage::transact`]),
+    /// so a transaction always ends. An error from the closure is returned only when what it read
+    /// was still current (one drawn from values that changed meanwhile runs it again). sled runs
+    /// every transaction under one lock for the whole process, and every read waits for it: the
+    /// engine's fan-out held it while it built and encoded hundreds of deliveries.
+    fn transact_optimistic(&self, f: &mut dyn FnMut(&mut dyn Txn) -> Result<()>) -> Result<()> {
+        for _ in 0..OPTIMISTIC_TRIES {
+            let mut overlay = Overlay::new(&self.tree);
+            let ran = f(&mut overlay);
+            if overlay.writes.is_empty() && overlay.reads.len() <= 1 {
+                return ran; // One read (or none) is consistent as read, and nothing to write.
+            }
+            let batch = overlay.batch();
+            let _commit = self.commit.lock();
+            if !overlay.still_valid()? {
+                continue;
+            }
+            ran?;
+            self.tree.apply_batch(batch)?;
+            return Ok(());
+        }
+        self.transact(f)
+    }
+
     fn flush(&self) -> Result<()> {
         self.db.flush()?;
         Ok(())
@@ -166,6 +281,100 @@ impl Storage for SledStorage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The value at `key` as a number (0 when absent).
+    fn number(txn: &mut dyn Txn, key: &[u8]) -> u64 {
+        txn.get(key).expect("read").map_or(0, |v| {
+            String::from_utf8_lossy(&v).parse().expect("a number")
+        })
+    }
+
+    /// Sets `key` to `value` in a transaction of its own, from another thread (as another
+    /// request would, while the transaction under test runs its closure).
+    fn set_meanwhile(storage: &SledStorage, key: &'static [u8], value: u64) {
+        let other = storage.clone();
+        std::thread::spawn(move || {
+            other.transact_optimistic(&mut |txn| txn.put(key, value.to_string().into_bytes()))
+        })
+        .join()
+        .expect("thread")
+        .expect("committed");
+    }
+
+    /// Adds `add` to "k" in an optimistic transaction whose first `interfered` runs each see
+    /// another transaction set "k" (to 100 × the run) before they commit. Returns the runs, and
+    /// checks that the value committed was made from the last value set.
+    fn add_while_another_sets(storage: &SledStorage, interfered: usize, add: u64) -> usize {
+        let mut runs = 0;
+        storage
+            .transact_optimistic(&mut |txn| {
+                runs += 1;
+                let seen = number(txn, b"k");
+                if runs <= interfered {
+                    set_meanwhile(storage, b"k", 100 * runs as u64);
+                }
+                txn.put(b"k", (seen + add).to_string().into_bytes())?;
+                txn.put(b"done", b"1".to_vec())
+            })
+            .expect("committed");
+        let mut check = |txn: &mut dyn Txn| {
+            let last = 100 * interfered as u64;
+            assert_eq!(number(txn, b"k"), last + add, "made on the last value set");
+            assert_eq!(number(txn, b"done"), 1);
+            Ok(())
+        };
+        storage.transact(&mut check).expect("read");
+        runs
+    }
+
+    #[test]
+    fn a_closure_whose_read_changed_before_its_commit_runs_again_on_the_new_value() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let storage = SledStorage::open(dir.path()).expect("open");
+        let runs = add_while_another_sets(&storage, 1, 10);
+        assert_eq!(
+            runs, 2,
+            "the first run read a value changed before its commit"
+        );
+    }
+
+    #[test]
+    fn a_closure_that_loses_every_optimistic_run_commits_under_the_lock() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let storage = SledStorage::open(dir.path()).expect("open");
+        let runs = add_while_another_sets(&storage, OPTIMISTIC_TRIES, 1);
+        assert_eq!(
+            runs,
+            OPTIMISTIC_TRIES + 1,
+            "the last run held the commit lock"
+        );
+    }
+
+    #[test]
+    fn an_error_drawn_from_a_value_changed_meanwhile_is_not_returned_but_run_again() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let storage = SledStorage::open(dir.path()).expect("open");
+        let mut runs = 0;
+        storage
+            .transact_optimistic(&mut |txn| {
+                runs += 1;
+                let (a, b) = (number(txn, b"a"), number(txn, b"b"));
+                if runs == 1 {
+                    // What it read is already stale when it decides: the error is not real.
+                    set_meanwhile(&storage, b"a", 5);
+                    return Err(Error::invalid("a", "refused on a stale read"));
+                }
+                txn.put(b"sum", (a + b).to_string().into_bytes())
+            })
+            .expect("the second run, on current values, commits");
+        assert_eq!(runs, 2);
+        // A closure's error on values that did not change is the transaction's.
+        let failed = storage.transact_optimistic(&mut |txn| {
+            let _ = (number(txn, b"a"), number(txn, b"b"));
+            Err(Error::invalid("a", "refused"))
+        });
+        assert!(failed.is_err(), "{failed:?}");
+    }
 
     #[test]
     fn opening_waits_for_the_lock_a_closing_handle_still_holds() {
