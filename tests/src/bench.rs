@@ -45,9 +45,9 @@ impl Figures {
 }
 
 /// The CPU time this process has used so far, user and system, all its threads (those ended
-/// included): `/proc/self/stat`, in clock ticks of 10 ms. A figure per event from it moves less
-/// with the machine's other load than a rate does (the two cores here are shared), so the benches
-/// report both. Zero where `/proc` is not there.
+/// included): `/proc/self/stat`, in clock ticks of 10 ms. Beside a rate, a figure per event from
+/// it tells a change that did less work from one that waited less (on this shared machine it
+/// moves with the other load too). Zero where `/proc` is not there.
 pub fn process_cpu() -> Duration {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     // The fields after the command's name, which is in parentheses and may hold spaces.

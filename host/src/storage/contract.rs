@@ -192,8 +192,9 @@ fn a_transaction_never_sees_half_of_another_ones_writes() {
             tx.write("pair/b", &0)
         })
         .expect("seed");
-        // One writer's transactions durable, the other's relaxed (which a backend may run
-        // optimistically, see `Storage::transact_optimistic`); the readers' relaxed.
+        // One writer's transactions through `Db::tx`, the other's through `Db::tx_relaxed` (which
+        // a backend may run optimistically, see `Storage::transact_optimistic`); the readers'
+        // relaxed.
         let writers: Vec<_> = (0..2)
             .map(|w| {
                 let db = db.clone();

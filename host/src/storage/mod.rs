@@ -298,7 +298,12 @@ impl Db {
 
     /// Runs `f` in one transaction and returns what it returns. `f` may run more than once.
     pub fn tx<R>(&self, f: impl FnMut(&mut Tx<'_>) -> Result<R>) -> Result<R> {
-        self.transact(f, self.durable)
+        self.transact(
+            f,
+            Kind::Request {
+                flush: self.durable,
+            },
+        )
     }
 
     /// Like [`Db::tx`], but never flushes: for the delivery engine's own bookkeeping, whose loss
@@ -306,10 +311,11 @@ impl Db {
     /// again). sled recovers a prefix of the committed transactions, never one with a gap, and
     /// flushes on its own within half a second; the next durable transaction flushes these too.
     pub fn tx_relaxed<R>(&self, f: impl FnMut(&mut Tx<'_>) -> Result<R>) -> Result<R> {
-        self.transact(f, false)
+        self.transact(f, Kind::Bookkeeping)
     }
 
-    fn transact<R>(&self, mut f: impl FnMut(&mut Tx<'_>) -> Result<R>, flush: bool) -> Result<R> {
+    fn transact<R>(&self, mut f: impl FnMut(&mut Tx<'_>) -> Result<R>, kind: Kind) -> Result<R> {
+        let flush = matches!(kind, Kind::Request { flush: true });
         let watches = self
             .watches
             .read()
@@ -348,13 +354,12 @@ impl Db {
             touched = tx.touched;
             Ok(())
         };
-        // The engine's bookkeeping (relaxed) runs optimistically. Requests' writes (durable) do
-        // not: one runs per client at once, and on sled they were measured slower that way (the
+        // The engine's bookkeeping runs optimistically. Requests' writes do not, durable or not:
+        // one runs per client at once, and on sled they were measured slower that way (the
         // README's twelfth pass).
-        if flush {
-            self.inner.transact(&mut body)?;
-        } else {
-            self.inner.transact_optimistic(&mut body)?;
+        match kind {
+            Kind::Bookkeeping => self.inner.transact_optimistic(&mut body)?,
+            Kind::Request { .. } => self.inner.transact(&mut body)?,
         }
         // Committed: whoever watches these records learns at once that theirs are stale.
         for (i, changes) in watches.iter().enumerate() {
@@ -562,6 +567,16 @@ impl<T> std::ops::DerefMut for CopyGuard<'_, T> {
     fn deref_mut(&mut self) -> &mut T {
         &mut self.0.1
     }
+}
+
+/// Whose transaction [`Db::transact`] runs.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    /// A request's or command's ([`Db::tx`]), flushed when the storage is durable.
+    Request { flush: bool },
+    /// The delivery engine's bookkeeping ([`Db::tx_relaxed`]): never flushed, and run with
+    /// [`Storage::transact_optimistic`].
+    Bookkeeping,
 }
 
 /// Group commit: a durable transaction must not return before a flush that started after it
@@ -1038,6 +1053,8 @@ mod tests {
         hold_first_flush_until: u64,
         group: std::sync::OnceLock<Arc<GroupCommit>>,
         fail_next_flush: std::sync::atomic::AtomicBool,
+        /// Transactions run with `transact_optimistic`.
+        optimistic: AtomicU64,
     }
 
     struct Staged<'a> {
@@ -1084,6 +1101,10 @@ mod tests {
                 };
             }
             Ok(())
+        }
+        fn transact_optimistic(&self, f: &mut dyn FnMut(&mut dyn Txn) -> Result<()>) -> Result<()> {
+            self.optimistic.fetch_add(1, Ordering::SeqCst);
+            self.transact(f)
         }
         fn flush(&self) -> Result<()> {
             // What this flush makes durable is what was committed when it started.
@@ -1153,6 +1174,28 @@ mod tests {
         let durable = backend.durable.lock().expect("lock");
         assert!(durable.contains_key(b"a".as_slice()) && durable.contains_key(b"b".as_slice()));
         assert_eq!(backend.flushes.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn only_the_engines_bookkeeping_runs_optimistically_durable_storage_or_not() {
+        for durable in [true, false] {
+            let backend = Arc::new(Recording::default());
+            let db = Db::new(backend.clone(), durable);
+            db.tx(|tx| tx.write("order/1", &1))
+                .expect("a request's write");
+            assert_eq!(
+                backend.optimistic.load(Ordering::SeqCst),
+                0,
+                "durable: {durable}"
+            );
+            db.tx_relaxed(|tx| tx.write("work/1", &1))
+                .expect("bookkeeping");
+            assert_eq!(
+                backend.optimistic.load(Ordering::SeqCst),
+                1,
+                "durable: {durable}"
+            );
+        }
     }
 
     #[test]
