@@ -28,27 +28,6 @@ struct Run {
     cpu: Duration,
 }
 
-/// CPU time this process has used so far (user and system, from `/proc/self/stat`; zero where
-/// that is not available). Less sensitive than throughput to what else the machine runs.
-fn process_cpu() -> Duration {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return Duration::ZERO;
-    };
-    // Fields after the command (which is in parentheses): utime and stime are the 12th and
-    // 13th, in clock ticks of 1/100 s.
-    let ticks: u64 = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| {
-            rest.split_whitespace()
-                .skip(11)
-                .take(2)
-                .filter_map(|t| t.parse::<u64>().ok())
-                .sum()
-        })
-        .unwrap_or(0);
-    Duration::from_millis(ticks * 10)
-}
-
 impl Run {
     /// Prints the run's line and returns its requests per second, p99 in milliseconds and CPU
     /// microseconds per request.
@@ -100,7 +79,7 @@ where
     Fut: std::future::Future<Output = u16> + Send,
 {
     let start = Instant::now();
-    let cpu_at_start = process_cpu();
+    let cpu_at_start = commerce_host_tests::bench::process_cpu();
     let deadline = start + Duration::from_secs(secs);
     let mut tasks = Vec::new();
     for _ in 0..concurrency {
@@ -125,7 +104,7 @@ where
         requests: latencies.len(),
         elapsed: start.elapsed(),
         latencies,
-        cpu: process_cpu().saturating_sub(cpu_at_start),
+        cpu: commerce_host_tests::bench::process_cpu().saturating_sub(cpu_at_start),
     }
 }
 
