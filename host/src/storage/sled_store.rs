@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::RwLock;
 
 use sled::transaction::{
     ConflictableTransactionError, TransactionError, TransactionalTree, UnabortableTransactionError,
@@ -22,10 +22,11 @@ use crate::model::error::{Error, Result};
 pub struct SledStorage {
     db: sled::Db,
     tree: sled::Tree,
-    /// Taken by every commit: a transaction runs in sled's (see [`SledStorage::transact`]) or
-    /// is applied as one batch after the keys it read are checked again (see
-    /// [`SledStorage::transact_optimistic`]), one at a time.
-    commit: Arc<Mutex<()>>,
+    /// Taken by every commit: shared by the transactions that run in sled's (see
+    /// [`SledStorage::transact`]; sled runs them one at a time itself), alone by the commit of an
+    /// optimistic one (see [`SledStorage::transact_optimistic`]), whose check of the keys it read
+    /// and whose batch no other commit may come between.
+    commit: Arc<RwLock<()>>,
 }
 
 /// How long opening waits for the folder's lock while it is held: sled's I/O threads keep the
@@ -69,7 +70,7 @@ impl SledStorage {
         Ok(Self {
             db,
             tree,
-            commit: Arc::new(Mutex::new(())),
+            commit: Arc::new(RwLock::new(())),
         })
     }
 }
@@ -222,9 +223,10 @@ impl Storage for SledStorage {
         Ok(out)
     }
 
-    /// The closure runs in a sled transaction, under the commit lock.
+    /// The closure runs in a sled transaction, holding the commit lock shared: sled runs its
+    /// transactions one at a time, and an optimistic commit waits for the one running.
     fn transact(&self, f: &mut dyn FnMut(&mut dyn Txn) -> Result<()>) -> Result<()> {
-        let _commit = self.commit.lock();
+        let _commit = self.commit.read();
         let f = RefCell::new(f);
         let result = self.tree.transaction(|t| {
             let mut f = f.borrow_mut();
@@ -261,10 +263,12 @@ impl Storage for SledStorage {
                 return ran; // One read (or none) is consistent as read, and nothing to write.
             }
             let batch = overlay.batch();
-            let _commit = self.commit.lock();
+            let _commit = self.commit.write();
             if !overlay.still_valid()? {
                 continue;
             }
+            #[cfg(test)]
+            tests::between_check_and_batch();
             ran?;
             self.tree.apply_batch(batch)?;
             return Ok(());
@@ -348,6 +352,53 @@ mod tests {
             OPTIMISTIC_TRIES + 1,
             "the last run held the commit lock"
         );
+    }
+
+    thread_local! {
+        /// Run by an optimistic commit of this thread after its reads were found current and
+        /// before its batch is applied (under the commit lock).
+        static BETWEEN: RefCell<Option<Box<dyn FnOnce()>>> = RefCell::new(None);
+    }
+
+    pub(super) fn between_check_and_batch() {
+        if let Some(f) = BETWEEN.with(|b| b.borrow_mut().take()) {
+            f();
+        }
+    }
+
+    #[test]
+    fn a_transaction_in_sleds_cannot_commit_between_an_optimistic_ones_check_and_its_batch() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let storage = SledStorage::open(dir.path()).expect("open");
+        let (started, durable) = std::sync::mpsc::channel();
+        let other = storage.clone();
+        // Once the optimistic transaction below found its read current, a durable one (sled's)
+        // adds 1 to "k", given 500 ms before the batch is applied: it must wait for the batch.
+        BETWEEN.with(|b| {
+            *b.borrow_mut() = Some(Box::new(move || {
+                let adds = std::thread::spawn(move || {
+                    other.transact(&mut |txn| {
+                        let seen = number(txn, b"k");
+                        txn.put(b"k", (seen + 1).to_string().into_bytes())
+                    })
+                });
+                let _ = started.send(adds);
+                std::thread::sleep(Duration::from_millis(500));
+            }))
+        });
+        storage
+            .transact_optimistic(&mut |txn| {
+                let seen = number(txn, b"k");
+                txn.put(b"k", (seen + 10).to_string().into_bytes())
+            })
+            .expect("committed");
+        let adds = durable.recv().expect("the durable transaction was started");
+        adds.join().expect("thread").expect("durable committed");
+        let mut check = |txn: &mut dyn Txn| {
+            assert_eq!(number(txn, b"k"), 11, "neither write lost");
+            Ok(())
+        };
+        storage.transact(&mut check).expect("read");
     }
 
     #[test]
