@@ -128,8 +128,8 @@ impl<'a> Overlay<'a> {
         }
     }
 
-    /// Whether every key read still holds the value it read (under the commit lock: no other
-    /// transaction commits meanwhile).
+    /// Whether every key read still holds the value it read (holding the commit lock alone: no
+    /// other transaction commits meanwhile).
     fn still_valid(&self) -> Result<bool> {
         for (key, seen) in &self.reads {
             if self.tree.get(key)? != *seen {
@@ -246,8 +246,8 @@ impl Storage for SledStorage {
     }
 
     /// Optimistic: the closure runs outside any lock, reading the tree and buffering its writes;
-    /// then, under the commit lock, the keys it read are read again, and if none changed its
-    /// writes are applied as one atomic batch (sled writes a batch to its log as one unit,
+    /// then, holding the commit lock alone, the keys it read are read again, and if none changed
+    /// its writes are applied as one atomic batch (sled writes a batch to its log as one unit,
     /// recovered whole or not at all; no sled transaction, which reads the old value of every key
     /// it writes). A changed key runs the closure again, on the current values; after
     /// [`OPTIMISTIC_TRIES`] the closure runs in a sled transaction ([`SledStorage::transact`]),
