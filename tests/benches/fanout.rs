@@ -22,7 +22,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, Uri};
 use commerce_host::delivery::{Engine, EngineConfig};
-use commerce_host::model::delivery::Attempt;
+use commerce_host::model::delivery::{Attempt, TargetRef, attempts_prefix};
 use commerce_host::model::event::data::{OrderPaid, PaidOrder};
 use commerce_host::model::plugin::Manifest;
 use commerce_host::model::store::Store;
@@ -126,6 +126,8 @@ struct Hosts {
     engines: Vec<Engine>,
     store: Store,
     quiet: Store,
+    /// The quiet store's one subscription.
+    quiet_target: TargetRef,
     _data: Vec<tempfile::TempDir>,
 }
 
@@ -193,7 +195,7 @@ impl Hosts {
         // A second store with one subscription, for the latency of one event at a time.
         let quiet = service.create_store("quiet.example")?;
         let quiet_token = service.install(&quiet.id, "bench-quiet")?.token;
-        service
+        let quiet_webhook = service
             .create_webhook(
                 &service.authenticate(&quiet_token)?,
                 NewWebhook {
@@ -225,6 +227,7 @@ impl Hosts {
             engines,
             store,
             quiet,
+            quiet_target: TargetRef::Webhook(quiet_webhook.id),
             _data: data,
         })
     }
@@ -343,12 +346,14 @@ struct Burst {
     /// The slowest of the quiet store's events (its p99 over the 60-120 of a run is the
     /// second slowest, or so).
     quiet_max_ms: f64,
-    /// The slowest event's write, its flush included (the rest of its latency is the engine's).
+    /// The slowest event's write, its flush included (the rest of its latency is the engine's
+    /// and its attempt's).
     quiet_max_write_ms: f64,
     /// The slowest of the quiet store's writes (flush included), whichever event it was.
     quiet_slowest_write_ms: f64,
-    /// From the slowest event's write to its first attempt's start, by the host's clock (in
-    /// whole milliseconds): the engine's part; the rest is the attempt's own, to the receiver.
+    /// From the start of the slowest event's write (so its write included) to its first
+    /// attempt's start, by the host's clock (to the millisecond); the rest is the attempt's own,
+    /// to the receiver.
     quiet_max_to_attempt_ms: f64,
 }
 
@@ -407,7 +412,7 @@ async fn burst(
     println!(
         "  another store meanwhile, the slowest   {quiet_max_ms:.2} ms \
          (its write, flush included, {quiet_max_write_ms:.2} ms; its first attempt started \
-         {quiet_max_to_attempt_ms:.0} ms after its write did; the slowest write \
+         {quiet_max_to_attempt_ms:.0} ms after its write began; the slowest write \
          {quiet_slowest_write_ms:.2} ms)"
     );
     Ok(Burst {
@@ -427,7 +432,7 @@ async fn burst(
 /// How long after its write started the quiet event `sent` had its first attempt start, in ms
 /// (the attempt's record keeps its start to the millisecond).
 fn first_attempt_after(hosts: &Hosts, sent: &QuietSent) -> anyhow::Result<f64> {
-    let prefix = format!("att/{}/", hosts.quiet.id);
+    let prefix = attempts_prefix(&hosts.quiet.id, &hosts.quiet_target);
     let attempts = hosts.services[0]
         .db
         .list::<Attempt>(&prefix, None, false, 100_000)?;
