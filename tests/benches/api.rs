@@ -63,10 +63,7 @@ where
     F: Fn() -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = u16> + Send,
 {
-    let warmup: u64 = std::env::var("BENCH_WARMUP_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1);
+    let warmup: u64 = commerce_host_tests::bench::env_or("BENCH_WARMUP_SECS", 1);
     if warmup > 0 {
         measure(name, concurrency, warmup, make.clone()).await;
     }
@@ -110,18 +107,9 @@ where
 
 #[tokio::main]
 async fn main() {
-    let secs: u64 = std::env::var("BENCH_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5);
-    let concurrency: usize = std::env::var("BENCH_CONCURRENCY")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(16);
-    let post_concurrency: usize = std::env::var("BENCH_POST_CONCURRENCY")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(64);
+    let secs: u64 = commerce_host_tests::bench::env_or("BENCH_SECS", 5);
+    let concurrency: usize = commerce_host_tests::bench::env_or("BENCH_CONCURRENCY", 16);
+    let post_concurrency: usize = commerce_host_tests::bench::env_or("BENCH_POST_CONCURRENCY", 64);
     let mut figures = Figures::default();
     let (mut bare_per_s, mut get_per_s) = (0.0, 0.0);
 

@@ -101,14 +101,8 @@ async fn main() -> anyhow::Result<()> {
     let mut figures = Figures::default();
     // The engine's attempts are seen as they are recorded, without polling storage.
     let attempts = commerce_host_tests::bench::Attempts::install()?;
-    let events: usize = std::env::var("DISPATCH_EVENTS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2000);
-    let plugin_count: usize = std::env::var("PLUGINS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1000);
+    let events: usize = commerce_host_tests::bench::env_or("DISPATCH_EVENTS", 2000);
+    let plugin_count: usize = commerce_host_tests::bench::env_or("PLUGINS", 1000);
     let data = tempfile::tempdir()?;
     let mut config = Config::new(data.path());
     config.admin_token = Some(ADMIN_TOKEN.to_owned());
@@ -249,10 +243,7 @@ async fn main() -> anyhow::Result<()> {
     engine
         .stop(tokio::time::Instant::now() + std::time::Duration::from_secs(30))
         .await;
-    let burst: usize = std::env::var("DISPATCH_BURST")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| events.min(1000));
+    let burst: usize = commerce_host_tests::bench::env_or("DISPATCH_BURST", events.min(1000));
     let already = count_attempts(&service, &store.id, &target)?;
     let recorded_before = attempts.count();
     let start = Instant::now();

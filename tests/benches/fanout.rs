@@ -81,13 +81,6 @@ async fn receive(
     "ok"
 }
 
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -573,10 +566,10 @@ async fn one_host(
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let events = env_usize("FANOUT_EVENTS", 200);
-    let subscriptions = env_usize("FANOUT_SUBSCRIPTIONS", 50);
-    let concurrency = env_usize("FANOUT_CONCURRENCY", 64);
-    let serial_count = env_usize("FANOUT_SERIAL", 200);
+    let events: usize = commerce_host_tests::bench::env_or("FANOUT_EVENTS", 200);
+    let subscriptions: usize = commerce_host_tests::bench::env_or("FANOUT_SUBSCRIPTIONS", 50);
+    let concurrency: usize = commerce_host_tests::bench::env_or("FANOUT_CONCURRENCY", 64);
+    let serial_count: usize = commerce_host_tests::bench::env_or("FANOUT_SERIAL", 200);
 
     let arrivals = Arc::new(Arrivals::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;

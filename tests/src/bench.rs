@@ -44,6 +44,15 @@ impl Figures {
     }
 }
 
+/// The number in the environment variable `name`, or `default` when it is unset or not a number
+/// of that type: the benches' size and duration knobs.
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// The CPU time this process has used so far, user and system, all its threads (those ended
 /// included): `/proc/self/stat`, in clock ticks of 10 ms. Beside a rate, a figure per event from
 /// it tells a change that did less work from one that waited less (on this shared machine it
