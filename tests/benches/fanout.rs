@@ -6,7 +6,10 @@
 //! after `FANOUT_SERIAL` (default 200) events one at a time to one subscription of a second store
 //! (the latency from the commit to the first attempt's arrival); during the burst that second
 //! store goes on with an event every 5 ms or so, one at a time (another store's latency while
-//! one bursts). Figures also go to `target/bench/fanout.json`.
+//! one bursts, its events' writes beside the burst's). Every event is committed on a blocking
+//! thread, as the host's HTTP handlers write, so that a durable write's flush never holds up one
+//! of the runtime's workers, which the engine and the receiver run on. Figures also go to
+//! `target/bench/fanout.json`.
 //!
 //! With `BENCH_DATABASE_URL` (a PostgreSQL server; each run makes fresh databases on it) the
 //! same runs follow on PostgreSQL, with one host and then with two hosts (two services, each with
@@ -248,9 +251,12 @@ struct QuietSent {
     write: Duration,
 }
 
-/// Commits an event to the quiet store (the `n`th).
-fn quiet_commit(hosts: &Hosts, n: usize) -> anyhow::Result<QuietSent> {
-    let service = &hosts.services[0];
+/// Commits an event to the quiet store (the `n`th), on a blocking thread as the host's HTTP
+/// handlers write (a durable write's flush waits there, not on one of the runtime's workers,
+/// which the engine and the receiver run on).
+async fn quiet_commit(hosts: &Hosts, n: usize) -> anyhow::Result<QuietSent> {
+    let service = hosts.services[0].clone();
+    let store = hosts.quiet.reference();
     let data = OrderPaid {
         order: PaidOrder {
             id: format!("ord_q{n}").parse()?,
@@ -259,9 +265,12 @@ fn quiet_commit(hosts: &Hosts, n: usize) -> anyhow::Result<QuietSent> {
         },
     };
     let (committed, at) = (Instant::now(), service.now());
-    let event = service
-        .db
-        .tx(|tx| tx.emit(&hosts.quiet.reference(), data.clone(), service.now()))?;
+    let event = tokio::task::spawn_blocking(move || {
+        service
+            .db
+            .tx(|tx| tx.emit(&store, data.clone(), service.now()))
+    })
+    .await??;
     Ok(QuietSent {
         key: (event.id.to_string(), QUIET.to_owned()),
         committed,
@@ -295,7 +304,7 @@ async fn quiet_arrival(
 /// One event to the quiet store (the `n`th): from the commit's start to its first attempt's
 /// arrival.
 async fn quiet_event(hosts: &Hosts, arrivals: &Arrivals, n: usize) -> anyhow::Result<Duration> {
-    let sent = quiet_commit(hosts, n)?;
+    let sent = quiet_commit(hosts, n).await?;
     quiet_arrival(arrivals, &sent.key, sent.committed).await
 }
 
@@ -348,6 +357,10 @@ struct Burst {
     /// attempt's start, by the host's clock (to the millisecond); the rest is the attempt's own,
     /// to the receiver.
     quiet_max_to_attempt_ms: f64,
+    /// The engine's part of the quiet store's events: from the end of an event's write (flush
+    /// included) to its first attempt's start, p50, p99 and max, by the attempts' records (to
+    /// the millisecond).
+    quiet_engine_ms: [f64; 3],
 }
 
 /// `events` events committed to the store (through each host in turn), each fanned out to
@@ -364,7 +377,7 @@ async fn burst(
         // An event every 5 ms or so, without waiting for the last one's delivery.
         let mut sent = Vec::new();
         while !done.load(std::sync::atomic::Ordering::Relaxed) {
-            sent.push(quiet_commit(hosts, 100_000 + sent.len())?);
+            sent.push(quiet_commit(hosts, 100_000 + sent.len()).await?);
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let mut latencies = Vec::with_capacity(sent.len());
@@ -386,10 +399,28 @@ async fn burst(
     let slowest = quiet.iter().max_by_key(|(latency, _)| *latency);
     let (quiet_max_ms, quiet_max_write_ms) =
         slowest.map_or((0.0, 0.0), |(latency, one)| (ms(*latency), ms(one.write)));
+    let first = quiet_first_attempts(hosts)?;
+    let first_of = |one: &QuietSent| {
+        first
+            .get(&one.key.0)
+            .copied()
+            .ok_or_else(|| anyhow::anyhow!("no attempt recorded for {}", one.key.0))
+    };
     let quiet_max_to_attempt_ms = match slowest {
-        Some((_, one)) => first_attempt_after(hosts, one)?,
+        Some((_, one)) => first_of(one)?.duration_since(one.at).as_secs_f64() * 1e3,
         None => 0.0,
     };
+    // The engine's part of each: from its write's end (flush included) to its first attempt's
+    // start (none when the engine started it before the flush returned).
+    let mut engine = Vec::with_capacity(quiet.len());
+    for (_, one) in &quiet {
+        let since_write = first_of(one)?.duration_since(one.at).as_secs_f64() * 1e3;
+        engine.push(Duration::from_secs_f64(
+            (since_write - ms(one.write)).max(0.0) / 1e3,
+        ));
+    }
+    engine.sort();
+    let quiet_engine_ms = [50.0, 99.0, 100.0].map(|p| ms(percentile(&engine, p)));
     let quiet_slowest_write_ms = quiet
         .iter()
         .map(|(_, one)| ms(one.write))
@@ -408,6 +439,11 @@ async fn burst(
          {quiet_max_to_attempt_ms:.0} ms after its write began; the slowest write \
          {quiet_slowest_write_ms:.2} ms)"
     );
+    println!(
+        "  another store meanwhile, the engine's part (write's end -> first attempt's start, to the ms) \
+         p50 {:.0} ms  p99 {:.0} ms  max {:.0} ms",
+        quiet_engine_ms[0], quiet_engine_ms[1], quiet_engine_ms[2]
+    );
     Ok(Burst {
         per_s,
         cpu_us,
@@ -419,24 +455,27 @@ async fn burst(
         quiet_max_write_ms,
         quiet_slowest_write_ms,
         quiet_max_to_attempt_ms,
+        quiet_engine_ms,
     })
 }
 
-/// How long after its write started the quiet event `sent` had its first attempt start, in ms
-/// (the attempt's record keeps its start to the millisecond).
-fn first_attempt_after(hosts: &Hosts, sent: &QuietSent) -> anyhow::Result<f64> {
+/// When each of the quiet store's events had its first attempt start, by its record (which keeps
+/// the start to the millisecond), by event id.
+fn quiet_first_attempts(hosts: &Hosts) -> anyhow::Result<HashMap<String, jiff::Timestamp>> {
     let prefix = attempts_prefix(&hosts.quiet.id, &hosts.quiet_target);
-    let attempts = hosts.services[0]
+    let mut first: HashMap<String, jiff::Timestamp> = HashMap::new();
+    for (_, attempt) in hosts.services[0]
         .db
-        .list::<Attempt>(&prefix, None, false, 100_000)?;
-    let started = attempts
-        .into_iter()
-        .map(|(_, attempt)| attempt)
-        .filter(|attempt| attempt.event_id.as_str() == sent.key.0 && attempt.retry == 0)
-        .map(|attempt| attempt.attempted_at)
-        .min()
-        .ok_or_else(|| anyhow::anyhow!("no attempt recorded for {}", sent.key.0))?;
-    Ok(started.duration_since(sent.at).as_secs_f64() * 1e3)
+        .list::<Attempt>(&prefix, None, false, 100_000)?
+    {
+        if attempt.retry == 0 {
+            let at = first
+                .entry(attempt.event_id.to_string())
+                .or_insert(attempt.attempted_at);
+            *at = (*at).min(attempt.attempted_at);
+        }
+    }
+    Ok(first)
 }
 
 async fn burst_of(
@@ -445,26 +484,34 @@ async fn burst_of(
     events: usize,
     subscriptions: usize,
 ) -> anyhow::Result<(f64, f64, f64, f64)> {
-    let mut fired = HashMap::new();
     arrivals
         .burst
         .store(0, std::sync::atomic::Ordering::Relaxed);
     let start = Instant::now();
     let cpu_before = commerce_host_tests::bench::process_cpu();
-    for n in 0..events {
-        let service = &hosts.services[n % hosts.services.len()];
-        let data = OrderPaid {
-            order: PaidOrder {
-                id: format!("ord_{n}").parse()?,
-                total: 4200,
-                currency: "EUR".into(),
-            },
-        };
-        let event = service
-            .db
-            .tx(|tx| tx.emit(&hosts.store.reference(), data.clone(), service.now()))?;
-        fired.insert(event.id.to_string(), Instant::now());
-    }
+    // One event after another, on a blocking thread as the host's HTTP handlers write: the
+    // runtime's workers are the engine's and the receiver's meanwhile (and the quiet store's
+    // events go on beside the burst's).
+    let (services, store) = (hosts.services.clone(), hosts.store.reference());
+    let fired: HashMap<String, Instant> = tokio::task::spawn_blocking(move || {
+        let mut fired = HashMap::new();
+        for n in 0..events {
+            let service = &services[n % services.len()];
+            let data = OrderPaid {
+                order: PaidOrder {
+                    id: format!("ord_{n}").parse()?,
+                    total: 4200,
+                    currency: "EUR".into(),
+                },
+            };
+            let event = service
+                .db
+                .tx(|tx| tx.emit(&store, data.clone(), service.now()))?;
+            fired.insert(event.id.to_string(), Instant::now());
+        }
+        anyhow::Ok(fired)
+    })
+    .await??;
     let fire_elapsed = start.elapsed();
     let total = events * subscriptions;
     let deadline = Instant::now() + Duration::from_secs(600);
@@ -561,6 +608,9 @@ async fn one_host(
         &format!("quiet_store_slowest_event_to_attempt_ms{suffix}"),
         burst.quiet_max_to_attempt_ms,
     );
+    for (name, value) in ["p50", "p99", "max"].iter().zip(burst.quiet_engine_ms) {
+        figures.set(&format!("quiet_store_engine_{name}_ms{suffix}"), value);
+    }
     Ok(burst.per_s)
 }
 
