@@ -399,7 +399,20 @@ async fn burst(
     let slowest = quiet.iter().max_by_key(|(latency, _)| *latency);
     let (quiet_max_ms, quiet_max_write_ms) =
         slowest.map_or((0.0, 0.0), |(latency, one)| (ms(*latency), ms(one.write)));
-    let first = quiet_first_attempts(hosts)?;
+    // An attempt is recorded after it arrived (on PostgreSQL, some milliseconds later): wait
+    // until each event's first one is.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let first = loop {
+        let first = quiet_first_attempts(hosts)?;
+        if quiet.iter().all(|(_, one)| first.contains_key(&one.key.0)) {
+            break first;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the quiet store's attempts were not recorded"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     let first_of = |one: &QuietSent| {
         first
             .get(&one.key.0)
