@@ -46,15 +46,6 @@ const FAN_OUT_PER_TX: usize = 32;
 /// the whole of it, so a few hundred deliveries, not 32 events of 50 subscriptions each.
 const FAN_OUT_DELIVERIES_PER_TX: usize = 256;
 
-/// Whether an event that makes `deliveries` deliveries is light: at most what an entry of a full
-/// fan-out transaction makes on average. Light and heavy events never share a transaction, so a
-/// store whose events make a delivery or two does not wait for the commit of a few hundred
-/// deliveries of another store's backlog (measured on sled, a quiet store's event fanned out in
-/// one transaction with a burst's waited 4 to 7 ms for its commit, alone well under 1 ms).
-fn is_light(deliveries: usize) -> bool {
-    deliveries <= FAN_OUT_DELIVERIES_PER_TX / FAN_OUT_PER_TX
-}
-
 /// An outbox entry read for its fan-out: its key, the entry, its event (`None`: expired) and
 /// the targets that may want it.
 type Prepared = (String, OutboxEntry, Option<Event>, Vec<TargetRef>);
@@ -63,7 +54,7 @@ type Prepared = (String, OutboxEntry, Option<Event>, Vec<TargetRef>);
 /// engine starts due work between calls, and lists the outbox again, so that neither the work
 /// already queued nor another store's event committed meanwhile waits for a whole burst's
 /// fan-out (on PostgreSQL, 10 000 deliveries take seconds).
-pub const FAN_OUT_DELIVERIES_PER_CALL: usize = FAN_OUT_DELIVERIES_PER_TX;
+pub const FAN_OUT_DELIVERIES_PER_CALL: usize = 4 * FAN_OUT_DELIVERIES_PER_TX;
 
 /// How long one call of [`fan_out`] goes on making transactions (the one running then ends it):
 /// see [`FAN_OUT_DELIVERIES_PER_CALL`]. On sled a transaction of [`FAN_OUT_DELIVERIES_PER_TX`]
@@ -88,10 +79,9 @@ pub struct FannedOut {
 ///
 /// The stores share the fan-out by the deliveries it makes for them ([`StoreTurns`]), each
 /// store's events in the order they were committed, and a transaction ends at
-/// [`FAN_OUT_PER_TX`] entries or [`FAN_OUT_DELIVERIES_PER_TX`] deliveries, and where light events
-/// and heavy ones meet ([`is_light`]): another store's few light events behind one store's
-/// backlog in the outbox go out first, in a small transaction of their own, however many
-/// deliveries each of the backlog's events makes.
+/// [`FAN_OUT_PER_TX`] entries or [`FAN_OUT_DELIVERIES_PER_TX`] deliveries: another store's events
+/// behind one store's backlog in the outbox go out in the first transaction, a small one, however
+/// many deliveries each of the backlog's events makes.
 pub fn fan_out(
     service: &Service,
     now: Timestamp,
@@ -133,10 +123,7 @@ pub fn fan_out(
         };
         turns.charge(&entry.store_id, candidates.len());
         let full = chunk.len() == FAN_OUT_PER_TX
-            || deliveries + candidates.len() > FAN_OUT_DELIVERIES_PER_TX
-            || chunk
-                .last()
-                .is_some_and(|(.., last)| is_light(last.len()) != is_light(candidates.len()));
+            || deliveries + candidates.len() > FAN_OUT_DELIVERIES_PER_TX;
         if full && !chunk.is_empty() {
             fan_out_chunk(service, now, std::mem::take(&mut chunk), &mut fanned_out)?;
             made += deliveries;
@@ -159,10 +146,9 @@ pub fn fan_out(
 
 /// The order a batch of outbox entries is fanned out in: each store's entries in the order they
 /// were committed, and the next entry always of the store that has been charged the fewest
-/// deliveries so far ([`StoreTurns::charge`]; on a tie, the store with the fewest entries left,
-/// then the earlier in the batch). A store whose events each make one delivery gets fifty of
-/// them in for one of a store whose events make fifty each, and a store with an event or two
-/// in the batch goes before a backlog that has not been charged yet.
+/// deliveries so far ([`StoreTurns::charge`]; the earlier in the batch on a tie). A store whose
+/// events each make one delivery gets fifty of them in for one of a store whose events make
+/// fifty each.
 #[derive(Debug)]
 struct StoreTurns {
     /// Each store's entries, in the order of the batch, with what it was charged.
@@ -198,7 +184,7 @@ impl StoreTurns {
             .stores
             .iter_mut()
             .filter(|(.., entries)| !entries.is_empty())
-            .min_by_key(|(_, charged, entries)| (*charged, entries.len()))?;
+            .min_by_key(|(_, charged, _)| *charged)?;
         entries.pop_front()
     }
 
@@ -704,27 +690,21 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn another_stores_event_behind_a_backlog_in_the_outbox_goes_out_first_in_a_transaction_alone() {
+    fn another_stores_event_behind_a_backlog_in_the_outbox_goes_out_in_the_first_small_transaction()
+    {
         let (service, _clock, _dir) = with_hooked_plugin();
         publish_paid_hooks(&service, "loud", 20);
         publish_paid_hooks(&service, "quiet", 1);
         let loud = service.create_store("loud.example").expect("store");
         service.install(&loud.id, "loud").expect("install");
-        let quiet: Vec<_> = (0..3)
-            .map(|n| {
-                let store = service
-                    .create_store(&format!("quiet{n}.example"))
-                    .expect("store");
-                service.install(&store.id, "quiet").expect("install");
-                store
-            })
-            .collect();
+        let quiet = service.create_store("quiet.example").expect("store");
+        service.install(&quiet.id, "quiet").expect("install");
         fan_out_all(&service, drop);
-        // One store's backlog of 20 events, 20 deliveries each, then three other stores' events.
+        // One store's backlog of 20 events, 20 deliveries each, then another store's event.
         for n in 0..20 {
             paid(&service, &loud, n);
         }
-        let others: Vec<Event> = (0..3).map(|n| paid(&service, &quiet[n], 100 + n)).collect();
+        let other = paid(&service, &quiet, 100);
         // Each event as its transaction commits, with the deliveries made so far.
         let mut told = Vec::new();
         let count = || {
@@ -735,17 +715,11 @@ pub(crate) mod tests {
                 .len()
         };
         let taken = fan_out_all(&service, |event| told.push((event.id, count())));
-        assert_eq!(taken, 23);
-        assert_eq!(told.len(), 23);
-        // First (their stores have the fewer events in the outbox), and in a transaction of
-        // their own, one for the three: when it committed, their deliveries were the only ones
-        // made. (Until the fourteenth pass the first went second, in a transaction with the
-        // backlog's first event and more.)
-        let first: Vec<_> = told[..3].to_vec();
-        let expected: Vec<_> = others.iter().map(|e| (e.id.clone(), 3)).collect();
-        assert_eq!(first, expected, "first, in a transaction of their own");
+        assert_eq!(taken, 21);
+        assert_eq!(told.len(), 21);
+        assert_eq!(told[1].0, other.id, "second, after the other store's first");
         let made: std::collections::BTreeSet<usize> = told.iter().map(|(_, n)| *n).collect();
-        assert_eq!(made.last(), Some(&(20 * 20 + 3)), "every delivery made");
+        assert_eq!(made.last(), Some(&(20 * 20 + 1)), "every delivery made");
         let mut before = 0;
         for n in &made {
             assert!(
@@ -805,16 +779,14 @@ pub(crate) mod tests {
             turns.charge(&entry.store_id, deliveries);
             order.push(key);
         }
-        // All uncharged at first: the store with the fewest entries goes first (store_c), then
-        // the earlier of two alike (store_a before store_b).
         assert_eq!(
             order,
             [
-                "store_c/1",
                 "store_a/1",
                 "store_b/1",
-                "store_c/2",
+                "store_c/1",
                 "store_b/2",
+                "store_c/2",
                 "store_b/3",
                 "store_a/2",
                 "store_a/3",
