@@ -251,26 +251,34 @@ struct QuietSent {
     write: Duration,
 }
 
+/// Commits an `order.paid` event of the order `order` to `store`, as one durable write.
+fn emit_paid(
+    service: &Service,
+    store: &commerce_host::model::event::StoreRef,
+    order: &str,
+) -> anyhow::Result<commerce_host::model::event::Event> {
+    let data = OrderPaid {
+        order: PaidOrder {
+            id: order.parse()?,
+            total: 4200,
+            currency: "EUR".into(),
+        },
+    };
+    Ok(service
+        .db
+        .tx(|tx| tx.emit(store, data.clone(), service.now()))?)
+}
+
 /// Commits an event to the quiet store (the `n`th), on a blocking thread as the host's HTTP
 /// handlers write (a durable write's flush waits there, not on one of the runtime's workers,
 /// which the engine and the receiver run on).
 async fn quiet_commit(hosts: &Hosts, n: usize) -> anyhow::Result<QuietSent> {
     let service = hosts.services[0].clone();
     let store = hosts.quiet.reference();
-    let data = OrderPaid {
-        order: PaidOrder {
-            id: format!("ord_q{n}").parse()?,
-            total: 4200,
-            currency: "EUR".into(),
-        },
-    };
     let (committed, at) = (Instant::now(), service.now());
-    let event = tokio::task::spawn_blocking(move || {
-        service
-            .db
-            .tx(|tx| tx.emit(&store, data.clone(), service.now()))
-    })
-    .await??;
+    let event =
+        tokio::task::spawn_blocking(move || emit_paid(&service, &store, &format!("ord_q{n}")))
+            .await??;
     Ok(QuietSent {
         key: (event.id.to_string(), QUIET.to_owned()),
         committed,
@@ -509,17 +517,7 @@ async fn burst_of(
     let fired: HashMap<String, Instant> = tokio::task::spawn_blocking(move || {
         let mut fired = HashMap::new();
         for n in 0..events {
-            let service = &services[n % services.len()];
-            let data = OrderPaid {
-                order: PaidOrder {
-                    id: format!("ord_{n}").parse()?,
-                    total: 4200,
-                    currency: "EUR".into(),
-                },
-            };
-            let event = service
-                .db
-                .tx(|tx| tx.emit(&store, data.clone(), service.now()))?;
+            let event = emit_paid(&services[n % services.len()], &store, &format!("ord_{n}"))?;
             fired.insert(event.id.to_string(), Instant::now());
         }
         anyhow::Ok(fired)
