@@ -14,8 +14,9 @@
 //! With `BENCH_DATABASE_URL` (a PostgreSQL server; each run makes fresh databases on it) the
 //! same runs follow on PostgreSQL, with one host and then with two hosts (two services, each with
 //! its own engine, in this process) on one database, events committed through both: figures
-//! with a `_pg` suffix, `engine_deliveries_per_s_pg_2hosts` and `scale_out_ratio_pg` (two hosts'
-//! deliveries/s over one host's; on one machine the two share its cores).
+//! with a `_pg` suffix, the two hosts' burst with `_pg_2hosts` (`engine_deliveries_per_s_pg_2hosts`
+//! and the rest of the burst's), and `scale_out_ratio_pg` (two hosts' deliveries/s over one
+//! host's; on one machine the two share its cores).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -591,6 +592,12 @@ async fn one_host(
     figures.set(&format!("first_attempt_p99_ms{suffix}"), p99);
     let burst = burst(&hosts, arrivals, sizes.events, sizes.subscriptions).await?;
     hosts.stop().await;
+    set_burst(figures, &burst, suffix);
+    Ok(burst.per_s)
+}
+
+/// Sets a burst's figures, named with `suffix` at the end.
+fn set_burst(figures: &mut commerce_host_tests::bench::Figures, burst: &Burst, suffix: &str) {
     figures.set(&format!("engine_deliveries_per_s{suffix}"), burst.per_s);
     figures.set(&format!("engine_cpu_us_per_delivery{suffix}"), burst.cpu_us);
     figures.set(&format!("burst_first_attempt_p50_ms{suffix}"), burst.p50_ms);
@@ -622,7 +629,6 @@ async fn one_host(
     for (name, value) in ["p50", "p99", "max"].iter().zip(burst.quiet_engine_ms) {
         figures.set(&format!("quiet_store_engine_{name}_ms{suffix}"), value);
     }
-    Ok(burst.per_s)
 }
 
 #[tokio::main]
@@ -717,9 +723,7 @@ async fn main() -> anyhow::Result<()> {
         let burst = burst(&hosts, &arrivals, events, subscriptions).await?;
         hosts.stop().await;
         let two = burst.per_s;
-        figures.set("engine_deliveries_per_s_pg_2hosts", two);
-        figures.set("burst_first_attempt_p50_ms_pg_2hosts", burst.p50_ms);
-        figures.set("burst_first_attempt_p99_ms_pg_2hosts", burst.p99_ms);
+        set_burst(&mut figures, &burst, "_pg_2hosts");
         figures.set("scale_out_ratio_pg", two / one);
         println!(
             "  two hosts deliver {:.2}x one host's deliveries/s (one machine: they share its cores)",
