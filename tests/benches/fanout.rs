@@ -422,24 +422,23 @@ async fn burst(
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    let first_of = |one: &QuietSent| {
+    // From an event's write's start to its first attempt's start, in ms.
+    let to_attempt_ms = |one: &QuietSent| {
         first
             .get(&one.key.0)
-            .copied()
+            .map(|started| started.duration_since(one.at).as_secs_f64() * 1e3)
             .ok_or_else(|| anyhow::anyhow!("no attempt recorded for {}", one.key.0))
     };
     let quiet_max_to_attempt_ms = match slowest {
-        Some((_, one)) => first_of(one)?.duration_since(one.at).as_secs_f64() * 1e3,
+        Some((_, one)) => to_attempt_ms(one)?,
         None => 0.0,
     };
     // The engine's part of each: from its write's end (flush included) to its first attempt's
     // start (none when the engine started it before the flush returned).
     let mut engine = Vec::with_capacity(quiet.len());
     for (_, one) in &quiet {
-        let since_write = first_of(one)?.duration_since(one.at).as_secs_f64() * 1e3;
-        engine.push(Duration::from_secs_f64(
-            (since_write - ms(one.write)).max(0.0) / 1e3,
-        ));
+        let after_write = (to_attempt_ms(one)? - ms(one.write)).max(0.0);
+        engine.push(Duration::from_secs_f64(after_write / 1e3));
     }
     engine.sort();
     let quiet_engine_ms = [50.0, 99.0, 100.0].map(|p| ms(percentile(&engine, p)));
