@@ -54,10 +54,17 @@ pub trait Storage: Send + Sync + 'static {
     fn transact(&self, f: &mut dyn FnMut(&mut dyn Txn) -> Result<()>) -> Result<()>;
 
     /// As [`Storage::transact`], for a transaction that builds many records and that few
-    /// threads make at once (the delivery engine's bookkeeping): a backend with a lock that
-    /// serializes its commits may run `f` outside it and check at the commit that what `f` read
-    /// did not change (running it again if it did), so that other transactions and reads do not
-    /// wait while `f` runs. The same promises as [`Storage::transact`]; by default, the same.
+    /// threads make at once (the delivery engine's bookkeeping), with a weaker promise that
+    /// lets these transactions pass each other: `f` sees one consistent snapshot, and a key it
+    /// writes (or removes) that another transaction committed a change to since that snapshot
+    /// makes the backend run `f` again (the first to commit wins), so a read-modify-write of a
+    /// key loses no update, and of several transactions that read an entry and remove it exactly
+    /// one commits. A key `f` only reads may change before it commits (two such transactions may
+    /// each act on what the other changes): a caller that needs a value to stay as read writes
+    /// it. sled runs `f` outside the lock that serializes its commits and checks at the commit
+    /// that every key `f` read is unchanged (serializable); PostgreSQL runs it at `REPEATABLE
+    /// READ`, where the engine's reads of index pages that its own inserts share cost no
+    /// serialization conflicts. By default, [`Storage::transact`].
     fn transact_optimistic(&self, f: &mut dyn FnMut(&mut dyn Txn) -> Result<()>) -> Result<()> {
         self.transact(f)
     }
@@ -310,6 +317,10 @@ impl Db {
     /// in a crash only means that work is redone (an attempt repeated, an outbox entry fanned out
     /// again). sled recovers a prefix of the committed transactions, never one with a gap, and
     /// flushes on its own within half a second; the next durable transaction flushes these too.
+    /// It runs with [`Storage::transact_optimistic`]'s isolation: a key `f` only reads may change
+    /// before it commits, so what must hold at the commit is written (each engine step writes
+    /// the delivery, outbox entry or target it decides on; the targets a fan-out only reads are
+    /// checked again at each attempt).
     pub fn tx_relaxed<R>(&self, f: impl FnMut(&mut Tx<'_>) -> Result<R>) -> Result<R> {
         self.transact(f, Kind::Bookkeeping)
     }
