@@ -1040,16 +1040,15 @@ impl Shared {
             .targets
             .for_attempt(&self.service.db, &entry.store_id)?;
         let installation = match &entry.target {
-            TargetRef::Component(id) => targets.installation(id)?,
-            TargetRef::Webhook(id) => match targets.subscription(id)? {
-                Some(sub) => targets.installation(&sub.installation_id)?,
-                None => None,
-            },
+            TargetRef::Component(id) => targets.installation(id),
+            TargetRef::Webhook(id) => targets
+                .subscription(id)
+                .and_then(|sub| targets.installation(&sub.installation_id)),
         };
         Ok(match installation {
             Some(i) => Owner {
                 installation: i.id.to_string(),
-                plugin: i.plugin,
+                plugin: i.plugin.clone(),
             },
             None => Owner {
                 installation: entry.target.key(),

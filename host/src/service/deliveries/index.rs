@@ -13,8 +13,9 @@
 //! changed is never kept. Where hosts share a database the fan-out does not use the index
 //! ([`TargetIndex::of`]): another host's change moves the generation only when its notice arrives
 //! (milliseconds), and until then a copy would miss a subscription just made there, so an event
-//! committed after it could pass it by; there the fan-out reads the targets for each use, as it
-//! did before the index. Attempts use the copy on every backend ([`TargetIndex::for_attempt`]):
+//! committed after it could pass it by; there a call of the fan-out reads a store's targets
+//! afresh, once, after it has listed the outbox, so that every event it fans out was committed
+//! before they were read. Attempts use the copy on every backend ([`TargetIndex::for_attempt`]):
 //! for them a change seen a moment late is the same as one committed a moment later.
 //!
 //! The fan-out still reads each target again inside its transaction
@@ -122,79 +123,6 @@ impl StoreTargets {
     }
 }
 
-/// A store's targets as one use needs them: the index's copy, or, where hosts share the
-/// database, storage itself, read a record at a time.
-#[derive(Debug)]
-pub enum Targets<'a> {
-    /// The copy in memory.
-    Copy(Arc<StoreTargets>),
-    /// Read from storage.
-    Read {
-        /// The storage.
-        db: &'a Db,
-        /// The store.
-        store: &'a StoreId,
-    },
-}
-
-impl Targets<'_> {
-    /// One subscription.
-    pub fn subscription(&self, id: &WebhookId) -> Result<Option<Subscription>> {
-        match self {
-            Self::Copy(targets) => Ok(targets.subscription(id).cloned()),
-            Self::Read { db, store } => db.read(&Subscription::key(store, id)),
-        }
-    }
-
-    /// One installation.
-    pub fn installation(&self, id: &InstallationId) -> Result<Option<Installation>> {
-        match self {
-            Self::Copy(targets) => Ok(targets.installation(id).cloned()),
-            Self::Read { db, store } => db.read(&Installation::key(store, id)),
-        }
-    }
-
-    /// The plugin version an installation runs.
-    pub fn plugin_of(&self, installation: &Installation) -> Result<Option<Plugin>> {
-        match self {
-            Self::Copy(targets) => Ok(targets.plugin_of(installation).cloned()),
-            Self::Read { db, .. } => db.read(&Plugin::version_key(
-                &installation.plugin,
-                &installation.version,
-            )),
-        }
-    }
-
-    /// Calls `f` with each of the store's subscriptions, then with each of its installations
-    /// (removed ones included), in key order.
-    pub fn each(
-        &self,
-        mut subscription: impl FnMut(&Subscription),
-        mut installation: impl FnMut(&Installation),
-    ) -> Result<()> {
-        match self {
-            Self::Copy(targets) => {
-                targets.subscriptions().for_each(subscription);
-                targets.installations().for_each(installation);
-                Ok(())
-            }
-            Self::Read { db, store } => {
-                db.scan_all(
-                    &Subscription::store_prefix(store),
-                    |_, sub: Subscription| {
-                        subscription(&sub);
-                        Ok(())
-                    },
-                )?;
-                db.scan_all(&format!("inst/{store}/"), |_, i: Installation| {
-                    installation(&i);
-                    Ok(())
-                })
-            }
-        }
-    }
-}
-
 impl TargetIndex {
     /// An empty index of at most `capacity` records, current while `changes` (a watch on
     /// [`WATCHED`]) does not move.
@@ -205,14 +133,14 @@ impl TargetIndex {
         }
     }
 
-    /// `store`'s targets as they are now: from memory while their records are unchanged, else
-    /// read from `db` (and kept). Where hosts share the database they are read from storage, a
-    /// record at a time as each use needs it (see the module's documentation).
-    pub fn of<'a>(&self, db: &'a Db, store: &'a StoreId) -> Result<Targets<'a>> {
+    /// `store`'s targets as they are now, for the fan-out: from memory while their records are
+    /// unchanged, else read from `db` (and kept). Where hosts share the database they are read
+    /// from storage each time, and not kept (see the module's documentation).
+    pub fn of(&self, db: &Db, store: &StoreId) -> Result<Arc<StoreTargets>> {
         if db.is_shared() {
-            return Ok(Targets::Read { db, store });
+            return StoreTargets::read(db, store).map(Arc::new);
         }
-        self.copy_of(db, store).map(Targets::Copy)
+        self.copy_of(db, store)
     }
 
     /// `store`'s targets for an attempt, or for the engine's shares: from memory while their
@@ -221,8 +149,8 @@ impl TargetIndex {
     /// goes out as it would have a moment before the change, as does one already in flight when
     /// the change commits. (The fan-out, which must not miss a subscription just made, reads
     /// with [`TargetIndex::of`]; and it reads each target again in its transaction.)
-    pub fn for_attempt<'a>(&self, db: &'a Db, store: &StoreId) -> Result<Targets<'a>> {
-        self.copy_of(db, store).map(Targets::Copy)
+    pub fn for_attempt(&self, db: &Db, store: &StoreId) -> Result<Arc<StoreTargets>> {
+        self.copy_of(db, store)
     }
 
     /// `store`'s targets from memory, or read (and kept while current).
@@ -262,14 +190,6 @@ mod tests {
         (dir, service)
     }
 
-    /// The copy a use on sled gets.
-    fn copied(targets: Targets<'_>) -> Arc<StoreTargets> {
-        match targets {
-            Targets::Copy(copy) => copy,
-            Targets::Read { .. } => panic!("sled keeps a copy"),
-        }
-    }
-
     /// A new store with `hooked` installed: one subscription, one installation, one version.
     fn store(service: &Service, domain: &str) -> StoreId {
         let store = service.create_store(domain).expect("store");
@@ -282,7 +202,7 @@ mod tests {
         let (_dir, service) = service();
         let store = store(&service, "index.example");
         let index = &service.targets;
-        let first = copied(index.of(&service.db, &store).expect("targets"));
+        let first = index.of(&service.db, &store).expect("targets");
         let sub = first
             .subscriptions()
             .next()
@@ -294,13 +214,13 @@ mod tests {
             first.plugin_of(&installation).map(|p| p.version.as_str()),
             Some("1.0.0")
         );
-        let again = copied(index.of(&service.db, &store).expect("targets"));
+        let again = index.of(&service.db, &store).expect("targets");
         assert!(Arc::ptr_eq(&first, &again), "kept while nothing changed");
         assert_eq!(index.stores(), 1);
 
         // A record of another kind does not drop it.
         service.create_store("other.example").expect("store");
-        let still = copied(index.of(&service.db, &store).expect("targets"));
+        let still = index.of(&service.db, &store).expect("targets");
         assert!(Arc::ptr_eq(&first, &still));
 
         // A change of the subscription does: the next call reads it as it is now.
@@ -310,7 +230,7 @@ mod tests {
             .db
             .tx(|tx| tx.write(&Subscription::key(&store, &sub.id), &paused))
             .expect("write");
-        let fresh = copied(index.of(&service.db, &store).expect("targets"));
+        let fresh = index.of(&service.db, &store).expect("targets");
         assert!(!Arc::ptr_eq(&first, &fresh), "read again after the change");
         assert_eq!(
             fresh.subscription(&sub.id).map(|s| s.status),
@@ -325,13 +245,13 @@ mod tests {
         let (a, b) = (store(&service, "a.example"), store(&service, "b.example"));
         // Each store's targets are three records: a subscription, an installation, a version.
         let index = TargetIndex::new(service.db.watch(&WATCHED), 5);
-        copied(index.of(&service.db, &a).expect("a"));
+        index.of(&service.db, &a).expect("a");
         assert_eq!(index.stores(), 1);
-        let kept = copied(index.of(&service.db, &a).expect("a"));
+        let kept = index.of(&service.db, &a).expect("a");
         // The second store would make six: the first is dropped to keep it.
-        copied(index.of(&service.db, &b).expect("b"));
+        index.of(&service.db, &b).expect("b");
         assert_eq!(index.stores(), 1);
-        let a_again = copied(index.of(&service.db, &a).expect("a"));
+        let a_again = index.of(&service.db, &a).expect("a");
         assert!(!Arc::ptr_eq(&kept, &a_again), "read again");
         assert_eq!(a_again.subscriptions().count(), 1);
     }

@@ -8,8 +8,13 @@
 //! outbox entry, which is fanned out after the restart, so no committed event is lost; and the
 //! changes that fire events never read (or conflict on) the subscription list.
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::sync::Arc;
+
 use jiff::{SignedDuration, Timestamp};
 
+use super::index::StoreTargets;
 use super::target::{self, Paused};
 use crate::model::delivery::Outcome;
 use crate::model::delivery::{
@@ -106,6 +111,9 @@ pub fn fan_out(
         spread = Some(service.holder.spread());
     }
     let count = listed.len();
+    // Each store's targets, read once in this call, after the listing: every event listed was
+    // committed before they were read (see `TargetIndex::of`).
+    let mut targets: HashMap<StoreId, Arc<StoreTargets>> = HashMap::new();
     let mut turns = StoreTurns::new(listed, spread);
     let mut chunk: Vec<Prepared> = Vec::new();
     let (mut deliveries, mut made, mut taken) = (0, 0, 0);
@@ -118,7 +126,16 @@ pub fn fan_out(
         }
         let event: Option<Event> = db.read(&event_key(&entry.store_id, &entry.event_id))?;
         let candidates = match &event {
-            Some(event) => target::candidates(service, &entry.store_id, event)?,
+            Some(event) => {
+                let store = match targets.entry(entry.store_id.clone()) {
+                    Entry::Occupied(read) => read.into_mut(),
+                    Entry::Vacant(unread) => {
+                        let read = service.targets.of(db, unread.key())?;
+                        unread.insert(read)
+                    }
+                };
+                target::candidates(store, event)
+            }
             None => Vec::new(),
         };
         turns.charge(&entry.store_id, candidates.len());

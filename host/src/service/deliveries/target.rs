@@ -15,6 +15,7 @@ use crate::model::scopes::{EventType, Scope};
 use crate::model::store::{Installation, InstallationStatus};
 use crate::model::webhook::{Subscription, WebhookStatus};
 use crate::service::Service;
+use crate::service::deliveries::index::StoreTargets;
 use crate::storage::Tx;
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
@@ -77,29 +78,29 @@ pub fn load(
 ) -> Result<TargetState> {
     let targets = service.targets.for_attempt(&service.db, store)?;
     Ok(match target {
-        TargetRef::Webhook(id) => match targets.subscription(id)? {
+        TargetRef::Webhook(id) => match targets.subscription(id) {
             None => TargetState::Gone,
             Some(sub) if sub.status == WebhookStatus::Paused => TargetState::Paused,
             Some(sub) => {
                 let scopes = targets
-                    .installation(&sub.installation_id)?
-                    .map(|i| i.scopes.into_iter().collect())
+                    .installation(&sub.installation_id)
+                    .map(|i| i.scopes.iter().copied().collect())
                     .unwrap_or_default();
-                TargetState::Active(Target::Webhook(Box::new(sub)), scopes)
+                TargetState::Active(Target::Webhook(Box::new(sub.clone())), scopes)
             }
         },
-        TargetRef::Component(id) => match targets.installation(id)? {
-            Some(i) if component_takes(&i, event) => {
+        TargetRef::Component(id) => match targets.installation(id) {
+            Some(i) if component_takes(i, event) => {
                 if i.component_paused_at.is_some() {
                     TargetState::Paused
                 } else {
-                    match targets.plugin_of(&i)? {
+                    match targets.plugin_of(i) {
                         Some(plugin) => {
                             let scopes = i.scopes.iter().copied().collect();
                             TargetState::Active(
                                 Target::Component(Box::new(ComponentTarget {
-                                    installation: i,
-                                    plugin,
+                                    installation: i.clone(),
+                                    plugin: plugin.clone(),
                                 })),
                                 scopes,
                             )
@@ -113,25 +114,19 @@ pub fn load(
     })
 }
 
-/// The targets in `store` that may want `event`, from the store's targets: the fan-out checks
-/// each again inside its transaction with [`TargetsRead::wants`].
-pub fn candidates(service: &Service, store: &StoreId, event: &Event) -> Result<Vec<TargetRef>> {
-    let mut subscriptions = Vec::new();
-    let mut components = Vec::new();
-    service.targets.of(&service.db, store)?.each(
-        |sub| {
-            if sub.events.contains(&event.kind()) && concerns(event, &sub.installation_id) {
-                subscriptions.push(sub.target());
-            }
-        },
-        |i| {
-            if component_takes(i, event) {
-                components.push(TargetRef::Component(i.id.clone()));
-            }
-        },
-    )?;
-    subscriptions.append(&mut components);
-    Ok(subscriptions)
+/// The targets of a store (`targets`, from [`TargetIndex::of`](super::index::TargetIndex::of))
+/// that may want `event`: its subscriptions, then its components. The fan-out checks each again
+/// inside its transaction with [`TargetsRead::wants`].
+pub fn candidates(targets: &StoreTargets, event: &Event) -> Vec<TargetRef> {
+    let subscriptions = targets
+        .subscriptions()
+        .filter(|sub| sub.events.contains(&event.kind()) && concerns(event, &sub.installation_id))
+        .map(Subscription::target);
+    let components = targets
+        .installations()
+        .filter(|i| component_takes(i, event))
+        .map(|i| TargetRef::Component(i.id.clone()));
+    subscriptions.chain(components).collect()
 }
 
 /// The key of the record a target is: its subscription, or its installation.
