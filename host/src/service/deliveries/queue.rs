@@ -129,6 +129,14 @@ pub fn fan_out(
     // The heavy events read (and their deliveries), and the light ones, committed before them.
     let (mut chunk, mut light): (Vec<Prepared>, Vec<Prepared>) = (Vec::new(), Vec::new());
     let (mut deliveries, mut made, mut made_light, mut taken) = (0, 0, 0, 0);
+    // Commits the entries gathered in `chunk` (if any) in one transaction; returns how many.
+    let mut commit = |chunk: &mut Vec<Prepared>| -> Result<usize> {
+        let entries = chunk.len();
+        if entries > 0 {
+            fan_out_chunk(service, now, std::mem::take(chunk), &mut fanned_out)?;
+        }
+        Ok(entries)
+    };
     let started = std::time::Instant::now();
     while let Some((key, entry)) = turns.next() {
         let heavy = Progress {
@@ -157,30 +165,23 @@ pub fn fan_out(
         if is_light(candidates.len()) {
             light.push((key, entry, event, candidates));
             if light.len() == FAN_OUT_PER_TX {
-                fan_out_chunk(service, now, std::mem::take(&mut light), &mut fanned_out)?;
-                made_light += FAN_OUT_PER_TX;
+                made_light += commit(&mut light)?;
             }
             continue;
         }
         let full = chunk.len() == FAN_OUT_PER_TX
             || deliveries + candidates.len() > FAN_OUT_DELIVERIES_PER_TX;
         if full && !chunk.is_empty() {
-            if !light.is_empty() {
-                made_light += light.len();
-                fan_out_chunk(service, now, std::mem::take(&mut light), &mut fanned_out)?;
-            }
-            fan_out_chunk(service, now, std::mem::take(&mut chunk), &mut fanned_out)?;
+            made_light += commit(&mut light)?;
+            commit(&mut chunk)?;
             made += deliveries;
             deliveries = 0;
         }
         deliveries += candidates.len();
         chunk.push((key, entry, event, candidates));
     }
-    for last in [light, chunk] {
-        if !last.is_empty() {
-            fan_out_chunk(service, now, last, &mut fanned_out)?;
-        }
-    }
+    commit(&mut light)?;
+    commit(&mut chunk)?;
     Ok(FannedOut {
         entries: taken,
         // A full listing of other hosts' entries only is not more for this host: it waits for
