@@ -66,8 +66,24 @@ pub struct StoreTargets {
 }
 
 impl StoreTargets {
-    /// Reads a store's targets from storage.
+    /// Reads a store's targets from storage, with the plugin versions its installations run.
     fn read(db: &Db, store: &StoreId) -> Result<Self> {
+        let mut targets = Self::read_without_plugins(db, store)?;
+        for i in targets.installations.values() {
+            let version = (i.plugin.clone(), i.version.clone());
+            if targets.plugins.contains_key(&version) {
+                continue;
+            }
+            if let Some(plugin) = db.read::<Plugin>(&Plugin::version_key(&i.plugin, &i.version))? {
+                targets.plugins.insert(version, plugin);
+            }
+        }
+        Ok(targets)
+    }
+
+    /// Reads a store's subscriptions and installations only ([`StoreTargets::plugin_of`] then
+    /// knows no version): what the fan-out's candidates need.
+    fn read_without_plugins(db: &Db, store: &StoreId) -> Result<Self> {
         let mut targets = Self::default();
         db.scan_all(
             &Subscription::store_prefix(store),
@@ -80,15 +96,6 @@ impl StoreTargets {
             targets.installations.insert(i.id.clone(), i);
             Ok(())
         })?;
-        for i in targets.installations.values() {
-            let version = (i.plugin.clone(), i.version.clone());
-            if targets.plugins.contains_key(&version) {
-                continue;
-            }
-            if let Some(plugin) = db.read::<Plugin>(&Plugin::version_key(&i.plugin, &i.version))? {
-                targets.plugins.insert(version, plugin);
-            }
-        }
         Ok(targets)
     }
 
@@ -135,10 +142,11 @@ impl TargetIndex {
 
     /// `store`'s targets as they are now, for the fan-out: from memory while their records are
     /// unchanged, else read from `db` (and kept). Where hosts share the database they are read
-    /// from storage each time, and not kept (see the module's documentation).
+    /// from storage each time, and not kept (see the module's documentation), without the
+    /// plugin versions, which the fan-out does not use ([`StoreTargets::plugin_of`] knows none).
     pub fn of(&self, db: &Db, store: &StoreId) -> Result<Arc<StoreTargets>> {
         if db.is_shared() {
-            return StoreTargets::read(db, store).map(Arc::new);
+            return StoreTargets::read_without_plugins(db, store).map(Arc::new);
         }
         self.copy_of(db, store)
     }

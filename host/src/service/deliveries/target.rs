@@ -6,6 +6,7 @@ use crate::model::mail::Mail;
 use crate::model::store::Store;
 use jiff::Timestamp;
 
+use super::index::StoreTargets;
 use crate::model::delivery::TargetRef;
 use crate::model::error::Result;
 use crate::model::event::Event;
@@ -15,7 +16,6 @@ use crate::model::scopes::{EventType, Scope};
 use crate::model::store::{Installation, InstallationStatus};
 use crate::model::webhook::{Subscription, WebhookStatus};
 use crate::service::Service;
-use crate::service::deliveries::index::StoreTargets;
 use crate::storage::Tx;
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
