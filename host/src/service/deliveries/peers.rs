@@ -50,6 +50,18 @@ struct Heartbeat {
     seen_at: Timestamp,
 }
 
+/// What a heartbeat record says of its host (see [`Peers::beat`]).
+enum Standing<'k> {
+    /// This host's own record.
+    Mine,
+    /// A live host, by this name.
+    Live(&'k str),
+    /// Not live, but not gone long enough to be forgotten.
+    Quiet,
+    /// Gone for [`FORGET_AFTER`], or an earlier boot of this host: the record is removed.
+    Forgotten,
+}
+
 /// The live hosts, as this host last read them.
 #[derive(Debug)]
 pub struct Peers {
@@ -98,27 +110,54 @@ impl Peers {
         let mut live = vec![self.me.clone()];
         let mut forgotten = Vec::new();
         for (key, beat) in db.list::<Heartbeat>(PREFIX, None, false, MAX_PEERS)? {
-            let Some(name) = key.strip_prefix(PREFIX) else {
-                continue;
-            };
-            let age = now.duration_since(beat.seen_at).unsigned_abs();
-            if name == self.me {
-                continue;
-            }
-            if name.starts_with(&self.my_boots) {
-                forgotten.push(key); // This host's boot before a crash.
-            } else if age < PEER_TIMEOUT {
-                live.push(name.to_owned());
-            } else if age >= FORGET_AFTER {
-                forgotten.push(key);
+            match self.standing(&key, &beat, now) {
+                Standing::Live(name) => live.push(name.to_owned()),
+                Standing::Forgotten => forgotten.push(key),
+                Standing::Mine | Standing::Quiet => {}
             }
         }
         live.sort();
         *self.live.write().unwrap_or_else(|e| e.into_inner()) = Arc::from(live);
         if !forgotten.is_empty() {
-            db.tx_relaxed(|tx| forgotten.iter().try_for_each(|key| tx.remove(key)))?;
+            self.forget(db, &forgotten, now)?;
         }
         Ok(())
+    }
+
+    /// What the heartbeat record at `key` says of its host at `now`.
+    fn standing<'k>(&self, key: &'k str, beat: &Heartbeat, now: Timestamp) -> Standing<'k> {
+        let Some(name) = key.strip_prefix(PREFIX) else {
+            return Standing::Quiet;
+        };
+        let age = now.duration_since(beat.seen_at).unsigned_abs();
+        if name == self.me {
+            Standing::Mine
+        } else if name.starts_with(&self.my_boots) {
+            Standing::Forgotten // This host's boot before a crash.
+        } else if age < PEER_TIMEOUT {
+            Standing::Live(name)
+        } else if age >= FORGET_AFTER {
+            Standing::Forgotten
+        } else {
+            Standing::Quiet
+        }
+    }
+
+    /// Removes the heartbeat records at `keys` (listed as forgotten) that are still forgotten
+    /// when read again in the removing transaction: a host gone for long may have beaten again
+    /// since they were listed, and its fresh record stays. (A beat committed after this
+    /// transaction's snapshot writes the same key, so the removal runs again and reads it.)
+    fn forget(&self, db: &Db, keys: &[String], now: Timestamp) -> Result<()> {
+        db.tx_relaxed(|tx| {
+            for key in keys {
+                if let Some(beat) = tx.read::<Heartbeat>(key)?
+                    && matches!(self.standing(key, &beat, now), Standing::Forgotten)
+                {
+                    tx.remove(key)?;
+                }
+            }
+            Ok(())
+        })
     }
 
     /// Removes this host's heartbeat (it stops): the others take its work at their next beat.
@@ -230,6 +269,18 @@ mod tests {
                 .len(),
             1
         );
+        // A record listed as forgotten is not removed if its host beats again before the
+        // removal: the removal reads it again.
+        let c = Peers::new(&holder("c"));
+        c.beat(&db, t0).expect("beat");
+        let c_key = format!("{PREFIX}{}", c.me);
+        c.beat(&db, t0 + FORGET_AFTER).expect("beat");
+        a.forget(&db, std::slice::from_ref(&c_key), t0 + FORGET_AFTER)
+            .expect("forget");
+        assert!(db.read::<Heartbeat>(&c_key).expect("read").is_some());
+        a.forget(&db, std::slice::from_ref(&c_key), t0 + 2 * FORGET_AFTER)
+            .expect("forget");
+        assert!(db.read::<Heartbeat>(&c_key).expect("read").is_none());
         // A host that leaves removes its record.
         b.beat(&db, t0 + FORGET_AFTER).expect("beat");
         b.leave(&db).expect("leave");
