@@ -12,6 +12,11 @@
 //! for the answer on a channel, so a call works from any thread, and a transaction keeps one
 //! connection (one thread) from `BEGIN` to `COMMIT`. The service layer runs on the blocking pool,
 //! so these waits never hold the async runtime's workers.
+//!
+//! A connection keeps every statement it has run prepared ([`Session`]): the client would
+//! otherwise prepare a statement in a round trip of its own before each run of it. Each run is
+//! still planned for its parameters (`plan_cache_mode = force_custom_plan`): with generic plans
+//! the engine's lanes (range scans of the work queue) made a quiet store wait longer in a burst.
 
 use std::collections::HashMap;
 use std::sync::mpsc;
@@ -19,7 +24,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use postgres::error::SqlState;
-use postgres::{Client, NoTls};
+use postgres::types::ToSql;
+use postgres::{Client, NoTls, Row, Statement};
 
 use super::{Entry, Storage, Txn};
 use crate::model::error::{Error, Result};
@@ -61,12 +67,26 @@ fn internal(context: &str, e: impl std::fmt::Display) -> Error {
     Error::Internal(anyhow::anyhow!("{context}: {e}"))
 }
 
-/// Whether `e` is a conflict that running the transaction again may not meet.
+/// Whether `e` is a conflict that running the transaction again may not meet, or a prepared
+/// statement gone stale (see [`stale`]), which running it again prepares afresh.
 fn retryable(e: &postgres::Error) -> bool {
     matches!(
         e.code(),
         Some(&SqlState::T_R_SERIALIZATION_FAILURE) | Some(&SqlState::T_R_DEADLOCK_DETECTED)
-    )
+    ) || stale(e)
+}
+
+/// Whether `e` says that a statement prepared on the connection ([`Session`]) can no longer
+/// run as prepared: the server does not know it (deallocated), or a change of the schema made
+/// its plan's result type differ. The statement did not run.
+fn stale(e: &postgres::Error) -> bool {
+    match e.code() {
+        Some(&SqlState::INVALID_SQL_STATEMENT_NAME) => true,
+        Some(&SqlState::FEATURE_NOT_SUPPORTED) => e
+            .as_db_error()
+            .is_some_and(|db| db.message().starts_with("cached plan must not change")),
+        _ => false,
+    }
 }
 
 /// The exclusive upper bound of the keys that start with `prefix` (byte order): every such key
@@ -81,7 +101,105 @@ fn text(bytes: &[u8], what: &str) -> Result<String> {
     String::from_utf8(bytes.to_vec()).map_err(|e| internal(what, e))
 }
 
-type Job = Box<dyn FnOnce(&mut Client) + Send>;
+type Job = Box<dyn FnOnce(&mut Session) + Send>;
+
+type PgResult<T> = std::result::Result<T, postgres::Error>;
+
+/// A statement's parameters.
+type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
+
+/// A connection's client, with the statements prepared on it. Each statement is prepared the
+/// first time the connection runs it and kept: the client sends an unprepared statement's text
+/// to be parsed and described in a round trip of its own before every run of it, so a cached one
+/// saves a round trip each time (and the server's parsing). Every statement of ours is a
+/// constant text, the key of the cache. The other methods of [`Client`] (`batch_execute`) are
+/// reached through it as they are.
+struct Session {
+    client: Client,
+    prepared: HashMap<&'static str, Statement>,
+}
+
+impl Session {
+    /// `sql`, prepared on this connection the first time.
+    fn statement(&mut self, sql: &'static str) -> std::result::Result<Statement, postgres::Error> {
+        if let Some(statement) = self.prepared.get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = self.client.prepare(sql)?;
+        self.prepared.insert(sql, statement.clone());
+        Ok(statement)
+    }
+
+    /// What `ran` (a run of the prepared `sql`) answered; a statement gone [`stale`] is
+    /// prepared again next time (a transaction that met it runs again: [`retryable`]).
+    fn forget_if_stale<T>(
+        &mut self,
+        sql: &'static str,
+        ran: std::result::Result<T, postgres::Error>,
+    ) -> std::result::Result<T, postgres::Error> {
+        if let Err(e) = &ran
+            && stale(e)
+        {
+            self.prepared.remove(sql);
+        }
+        ran
+    }
+
+    /// Runs the prepared `sql` through `run` (one of [`Client`]'s methods).
+    fn run<T>(
+        &mut self,
+        sql: &'static str,
+        run: impl FnOnce(&mut Client, &Statement) -> PgResult<T>,
+    ) -> PgResult<T> {
+        let statement = self.statement(sql)?;
+        let ran = run(&mut self.client, &statement);
+        self.forget_if_stale(sql, ran)
+    }
+
+    /// [`Client::query`], prepared.
+    fn query(&mut self, sql: &'static str, params: Params<'_>) -> PgResult<Vec<Row>> {
+        self.run(sql, |client, statement| client.query(statement, params))
+    }
+
+    /// [`Client::query_opt`], prepared.
+    fn query_opt(&mut self, sql: &'static str, params: Params<'_>) -> PgResult<Option<Row>> {
+        self.run(sql, |client, statement| client.query_opt(statement, params))
+    }
+
+    /// [`Client::query_one`], prepared.
+    fn query_one(&mut self, sql: &'static str, params: Params<'_>) -> PgResult<Row> {
+        self.run(sql, |client, statement| client.query_one(statement, params))
+    }
+
+    /// [`Client::execute`], prepared.
+    fn execute(&mut self, sql: &'static str, params: Params<'_>) -> PgResult<u64> {
+        self.run(sql, |client, statement| client.execute(statement, params))
+    }
+}
+
+/// Runs `statement` (outside a transaction) once more if it met a [`stale`] prepared statement,
+/// which is then prepared afresh.
+fn once_more_if_stale<T>(
+    mut statement: impl FnMut() -> std::result::Result<T, postgres::Error>,
+) -> std::result::Result<T, postgres::Error> {
+    match statement() {
+        Err(e) if stale(&e) => statement(),
+        ran => ran,
+    }
+}
+
+impl std::ops::Deref for Session {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        &self.client
+    }
+}
+
+impl std::ops::DerefMut for Session {
+    fn deref_mut(&mut self) -> &mut Client {
+        &mut self.client
+    }
+}
 
 /// One connection, on its own thread.
 struct Connection {
@@ -95,10 +213,21 @@ impl Connection {
         std::thread::Builder::new()
             .name("postgres".into())
             .spawn(move || {
-                let mut client = match config.connect(NoTls) {
+                // A prepared statement is planned for each run's parameters, as an unprepared one
+                // is: a generic plan of a range scan (the work queue's lanes) would not know how
+                // few keys the range holds.
+                let connected = config.connect(NoTls).and_then(|mut client| {
+                    client
+                        .batch_execute("SET plan_cache_mode = force_custom_plan")
+                        .map(|()| client)
+                });
+                let mut client = match connected {
                     Ok(client) => {
                         let _ = ready.send(Ok(()));
-                        client
+                        Session {
+                            client,
+                            prepared: HashMap::new(),
+                        }
                     }
                     Err(e) => {
                         let _ = ready.send(Err(e));
@@ -123,7 +252,7 @@ impl Connection {
     /// Runs `f` on the connection's thread and returns what it returns.
     fn call<R: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut Client) -> R + Send + 'static,
+        f: impl FnOnce(&mut Session) -> R + Send + 'static,
     ) -> Result<R> {
         let (reply, answer) = mpsc::sync_channel(1);
         self.jobs
@@ -161,7 +290,7 @@ struct Lease<'a> {
 impl Lease<'_> {
     fn call<R: Send + 'static>(
         &mut self,
-        f: impl FnOnce(&mut Client) -> R + Send + 'static,
+        f: impl FnOnce(&mut Session) -> R + Send + 'static,
     ) -> Result<R> {
         let Some(connection) = &self.connection else {
             return Err(internal("the database", "no connection"));
@@ -277,7 +406,8 @@ fn redact(url: &str) -> String {
 
 /// Applies the migrations this build has and the database lacks; refuses a database that has
 /// migrations this build does not know (a newer host migrated it).
-fn migrate(client: &mut postgres::Client) -> Result<()> {
+fn migrate(session: &mut Session) -> Result<()> {
+    let client = &mut session.client;
     // One host migrates at a time; the others wait, then find the schema current.
     client
         .execute("SELECT pg_advisory_lock(7212026)", &[])
@@ -321,7 +451,9 @@ impl Storage for PgStorage {
         self.pool
             .get()?
             .call(move |client| {
-                client.query_opt("SELECT value::text FROM records WHERE key = $1", &[&key])
+                once_more_if_stale(|| {
+                    client.query_opt("SELECT value::text FROM records WHERE key = $1", &[&key])
+                })
             })?
             .map(|row| row.map(|r| r.get::<_, String>(0).into_bytes()))
             .map_err(|e| internal("reading a record", e))
@@ -341,7 +473,7 @@ impl Storage for PgStorage {
         let rows = self
             .pool
             .get()?
-            .call(move |client| match (after, reverse) {
+            .call(move |client| once_more_if_stale(|| match (&after, reverse) {
                 (Some(after), false) => client.query(
                     "SELECT key, value::text FROM records WHERE key >= $1 AND key < $2 AND key > $3 ORDER BY key LIMIT $4",
                     &[&prefix, &end, &after, &limit],
@@ -358,7 +490,7 @@ impl Storage for PgStorage {
                     "SELECT key, value::text FROM records WHERE key >= $1 AND key < $2 ORDER BY key DESC LIMIT $3",
                     &[&prefix, &end, &limit],
                 ),
-            })?
+            }))?
             .map_err(|e| internal("scanning records", e))?;
         Ok(rows
             .into_iter()
@@ -746,6 +878,96 @@ fn with_database(url: &str, name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pool of one connection on a fresh database of the server that
+    /// `COMMERCE_HOST_TEST_DATABASE_URL` names, if it names one.
+    fn one_connection() -> Option<PgStorage> {
+        let url = std::env::var("COMMERCE_HOST_TEST_DATABASE_URL")
+            .ok()
+            .filter(|u| !u.is_empty())?;
+        let url = fresh_database(&url).expect("a fresh test database");
+        Some(PgStorage::connect(&url, 1).expect("connect"))
+    }
+
+    /// A read outside a transaction and a transaction that reads and writes.
+    fn read_and_write(pg: &PgStorage, n: u32) {
+        assert_eq!(pg.get(b"none").expect("get"), None);
+        pg.transact(&mut |tx| {
+            tx.get(b"count")?;
+            tx.put(b"count", n.to_string().into_bytes())
+        })
+        .expect("transact");
+        assert_eq!(
+            pg.get(b"count").expect("get"),
+            Some(n.to_string().into_bytes())
+        );
+    }
+
+    /// How many statements the one connection has prepared (this question aside: the client
+    /// prepares every statement it runs), and its plan cache mode.
+    fn prepared_and_mode(pg: &PgStorage) -> (i64, String) {
+        pg.pool
+            .get()
+            .expect("lease")
+            .call(|session| {
+                let count = session
+                    .client
+                    .query_one(
+                        "SELECT count(*) FROM pg_prepared_statements \
+                         WHERE statement NOT LIKE '%pg_prepared_statements%'",
+                        &[],
+                    )?
+                    .get::<_, i64>(0);
+                let mode = session
+                    .client
+                    .query_one("SHOW plan_cache_mode", &[])?
+                    .get::<_, String>(0);
+                Ok::<_, postgres::Error>((count, mode))
+            })
+            .expect("call")
+            .expect("asked")
+    }
+
+    #[test]
+    fn a_connection_prepares_each_statement_once_and_plans_each_run_for_its_parameters() {
+        let Some(pg) = one_connection() else {
+            return;
+        };
+        read_and_write(&pg, 1);
+        let (after_one, mode) = prepared_and_mode(&pg);
+        assert_eq!(mode, "force_custom_plan");
+        // The point read and the writes' upsert.
+        assert_eq!(after_one, 2);
+        read_and_write(&pg, 2);
+        read_and_write(&pg, 3);
+        assert_eq!(prepared_and_mode(&pg).0, after_one);
+    }
+
+    /// Drops every statement the one connection has prepared, on the server's side only.
+    fn deallocate_all(pg: &PgStorage) {
+        pg.pool
+            .get()
+            .expect("lease")
+            .call(|session| session.client.batch_execute("DEALLOCATE ALL"))
+            .expect("call")
+            .expect("deallocated");
+    }
+
+    #[test]
+    fn a_statement_the_server_dropped_is_prepared_again_in_and_out_of_transactions() {
+        let Some(pg) = one_connection() else {
+            return;
+        };
+        read_and_write(&pg, 1);
+        deallocate_all(&pg);
+        assert_eq!(prepared_and_mode(&pg).0, 0);
+        read_and_write(&pg, 2);
+        // The transaction's write was prepared again too.
+        deallocate_all(&pg);
+        pg.transact(&mut |tx| tx.put(b"count", b"3".to_vec()))
+            .expect("transact");
+        assert_eq!(pg.get(b"count").expect("get"), Some(b"3".to_vec()));
+    }
 
     #[test]
     fn a_prefix_bound_is_above_every_key_under_the_prefix_and_below_the_next() {
