@@ -121,7 +121,7 @@ struct Session {
 
 impl Session {
     /// `sql`, prepared on this connection the first time.
-    fn statement(&mut self, sql: &'static str) -> std::result::Result<Statement, postgres::Error> {
+    fn statement(&mut self, sql: &'static str) -> PgResult<Statement> {
         if let Some(statement) = self.prepared.get(sql) {
             return Ok(statement.clone());
         }
@@ -130,17 +130,15 @@ impl Session {
         Ok(statement)
     }
 
-    /// What `ran` (a run of the prepared `sql`) answered; a statement gone [`stale`] is
-    /// prepared again next time (a transaction that met it runs again: [`retryable`]).
-    fn forget_if_stale<T>(
-        &mut self,
-        sql: &'static str,
-        ran: std::result::Result<T, postgres::Error>,
-    ) -> std::result::Result<T, postgres::Error> {
+    /// What `ran` (a run of a prepared statement) answered. When the statement was [`stale`],
+    /// so are the connection's others (what drops one, a `DEALLOCATE` or a change of the
+    /// table's schema, drops them all): each is prepared again next time (a transaction that
+    /// met one runs again: [`retryable`]).
+    fn forget_if_stale<T>(&mut self, ran: PgResult<T>) -> PgResult<T> {
         if let Err(e) = &ran
             && stale(e)
         {
-            self.prepared.remove(sql);
+            self.prepared.clear();
         }
         ran
     }
@@ -153,7 +151,7 @@ impl Session {
     ) -> PgResult<T> {
         let statement = self.statement(sql)?;
         let ran = run(&mut self.client, &statement);
-        self.forget_if_stale(sql, ran)
+        self.forget_if_stale(ran)
     }
 
     /// [`Client::query`], prepared.
@@ -177,11 +175,9 @@ impl Session {
     }
 }
 
-/// Runs `statement` (outside a transaction) once more if it met a [`stale`] prepared statement,
-/// which is then prepared afresh.
-fn once_more_if_stale<T>(
-    mut statement: impl FnMut() -> std::result::Result<T, postgres::Error>,
-) -> std::result::Result<T, postgres::Error> {
+/// Runs `statement` (a statement outside a transaction, or a transaction's start) once more if
+/// it met a [`stale`] prepared statement, which is then prepared afresh.
+fn once_more_if_stale<T>(mut statement: impl FnMut() -> PgResult<T>) -> PgResult<T> {
     match statement() {
         Err(e) if stale(&e) => statement(),
         ran => ran,
@@ -518,59 +514,15 @@ impl Storage for PgStorage {
     }
 
     fn update(&self, key: &[u8], f: &mut super::Update<'_>) -> Result<()> {
-        // Under READ COMMITTED, `FOR UPDATE` makes concurrent updates of the row wait for each
-        // other (no serialization conflict to retry); a missing row is first made, as JSON
-        // `null`, by whichever update gets there first. The commit does not wait for the disk
-        // (an update is not flushed, as `Db::update` says): the row lock is held for the round
-        // trips only.
-        const LOCK: &str = "SELECT value::text FROM records WHERE key = $1 FOR UPDATE";
         let key = text(key, "a key")?;
         let mut lease = self.pool.get()?;
-        let locked_key = key.clone();
-        let current = lease.call(move |client| {
-            let locked = (|| {
-                client.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED")?;
-                if let Some(row) = client.query_opt(LOCK, &[&locked_key])? {
-                    return Ok(row.get::<_, String>(0));
-                }
-                client.execute(
-                    "INSERT INTO records (key, value) VALUES ($1, 'null') ON CONFLICT (key) DO NOTHING",
-                    &[&locked_key],
-                )?;
-                client.query_one(LOCK, &[&locked_key]).map(|row| row.get::<_, String>(0))
-            })();
-            if locked.is_err() {
-                let _ = client.batch_execute("ROLLBACK");
-            }
-            locked
-        })?;
-        let current = current.map_err(|e| internal("locking a record", e))?;
-        let next = match f((current != "null").then_some(current.as_bytes())) {
-            Ok(next) => text(&next, "a record"),
-            Err(e) => Err(e),
-        };
-        let next = match next {
-            Ok(next) => next,
-            Err(e) => {
-                lease
-                    .call(|client| client.batch_execute("ROLLBACK"))?
-                    .map_err(|e| internal("rolling an update back", e))?;
-                return Err(e);
-            }
-        };
-        let written = lease.call(move |client| {
-            let written = client
-                .execute(
-                    "UPDATE records SET value = $2::text::jsonb WHERE key = $1",
-                    &[&key, &next],
-                )
-                .and_then(|_| client.batch_execute("SET LOCAL synchronous_commit TO OFF; COMMIT"));
-            if written.is_err() {
-                let _ = client.batch_execute("ROLLBACK");
-            }
-            written
-        })?;
-        written.map_err(|e| internal("updating a record", e))
+        // Once more, from `BEGIN`, if a prepared statement was stale (it aborted the transaction
+        // before it ran).
+        match update_once(&mut lease, &key, f)? {
+            Err((_, e)) if stale(&e) => update_once(&mut lease, &key, f)?,
+            done => done,
+        }
+        .map_err(|(what, e)| internal(what, e))
     }
 
     fn flush(&self) -> Result<()> {
@@ -595,6 +547,70 @@ impl Storage for PgStorage {
             tracing::error!(error = %e, "the database's announcements will not be heard");
         }
     }
+}
+
+/// One run of [`PgStorage::update`]'s transaction. Under READ COMMITTED, `FOR UPDATE` makes
+/// concurrent updates of the row wait for each other (no serialization conflict to retry); a
+/// missing row is first made, as JSON `null`, by whichever update gets there first. The commit
+/// does not wait for the disk (an update is not flushed, as `Db::update` says): the row lock is
+/// held for the round trips only. A database error comes back rolled back, with what failed.
+fn update_once(
+    lease: &mut Lease<'_>,
+    key: &str,
+    f: &mut super::Update<'_>,
+) -> Result<std::result::Result<(), (&'static str, postgres::Error)>> {
+    const LOCK: &str = "SELECT value::text FROM records WHERE key = $1 FOR UPDATE";
+    let locked_key = key.to_owned();
+    let current = lease.call(move |client| {
+        let locked = (|| {
+            client.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED")?;
+            if let Some(row) = client.query_opt(LOCK, &[&locked_key])? {
+                return Ok(row.get::<_, String>(0));
+            }
+            client.execute(
+                "INSERT INTO records (key, value) VALUES ($1, 'null') ON CONFLICT (key) DO NOTHING",
+                &[&locked_key],
+            )?;
+            client
+                .query_one(LOCK, &[&locked_key])
+                .map(|row| row.get::<_, String>(0))
+        })();
+        if locked.is_err() {
+            let _ = client.batch_execute("ROLLBACK");
+        }
+        locked
+    })?;
+    let current = match current {
+        Ok(current) => current,
+        Err(e) => return Ok(Err(("locking a record", e))),
+    };
+    let next = match f((current != "null").then_some(current.as_bytes())) {
+        Ok(next) => text(&next, "a record"),
+        Err(e) => Err(e),
+    };
+    let next = match next {
+        Ok(next) => next,
+        Err(e) => {
+            lease
+                .call(|client| client.batch_execute("ROLLBACK"))?
+                .map_err(|e| internal("rolling an update back", e))?;
+            return Err(e);
+        }
+    };
+    let key = key.to_owned();
+    let written = lease.call(move |client| {
+        let written = client
+            .execute(
+                "UPDATE records SET value = $2::text::jsonb WHERE key = $1",
+                &[&key, &next],
+            )
+            .and_then(|_| client.batch_execute("SET LOCAL synchronous_commit TO OFF; COMMIT"));
+        if written.is_err() {
+            let _ = client.batch_execute("ROLLBACK");
+        }
+        written
+    })?;
+    Ok(written.map_err(|e| ("updating a record", e)))
 }
 
 /// Hears the announcements of the hosts sharing the database (`LISTEN`) until `stop`; after a
@@ -967,6 +983,13 @@ mod tests {
         pg.transact(&mut |tx| tx.put(b"count", b"3".to_vec()))
             .expect("transact");
         assert_eq!(pg.get(b"count").expect("get"), Some(b"3".to_vec()));
+        // And an update under its row lock (a store's rate limit).
+        pg.update(b"count", &mut |_| Ok(b"4".to_vec()))
+            .expect("update");
+        deallocate_all(&pg);
+        pg.update(b"count", &mut |_| Ok(b"5".to_vec()))
+            .expect("update");
+        assert_eq!(pg.get(b"count").expect("get"), Some(b"5".to_vec()));
     }
 
     #[test]
