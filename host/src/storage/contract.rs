@@ -25,13 +25,16 @@ use super::{Db, Storage};
 
 /// A fresh database on the PostgreSQL server of `COMMERCE_HOST_TEST_DATABASE_URL`, if set.
 pub fn fresh_postgres() -> Option<Arc<dyn Storage>> {
+    Some(Arc::new(fresh_postgres_pool(8)?))
+}
+
+/// [`fresh_postgres`] with a pool of `size` connections, as its own type.
+pub fn fresh_postgres_pool(size: u32) -> Option<crate::storage::postgres::PgStorage> {
     let url = std::env::var("COMMERCE_HOST_TEST_DATABASE_URL")
         .ok()
         .filter(|u| !u.is_empty())?;
     let url = crate::storage::postgres::fresh_database(&url).expect("a fresh test database");
-    Some(Arc::new(
-        crate::storage::postgres::PgStorage::connect(&url, 8).expect("connect"),
-    ))
+    Some(crate::storage::postgres::PgStorage::connect(&url, size).expect("connect"))
 }
 
 /// Runs `check` against each backend available.

@@ -898,11 +898,7 @@ mod tests {
     /// A pool of one connection on a fresh database of the server that
     /// `COMMERCE_HOST_TEST_DATABASE_URL` names, if it names one.
     fn one_connection() -> Option<PgStorage> {
-        let url = std::env::var("COMMERCE_HOST_TEST_DATABASE_URL")
-            .ok()
-            .filter(|u| !u.is_empty())?;
-        let url = fresh_database(&url).expect("a fresh test database");
-        Some(PgStorage::connect(&url, 1).expect("connect"))
+        crate::storage::contract::fresh_postgres_pool(1)
     }
 
     /// A read outside a transaction and a transaction that reads and writes.
