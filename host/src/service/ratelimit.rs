@@ -10,8 +10,9 @@
 //! the injected clock.
 //!
 //! One host keeps the state in memory (after a restart every store starts with a full
-//! allowance); hosts sharing a database keep it there, one record per store updated atomically
-//! per request, so the limits hold for all of them together.
+//! allowance); hosts sharing a database keep it there, one record per store updated atomically,
+//! so the limits hold for all of them together. A host's requests of one store that arrive while
+//! that record is being updated share the next update, each judged in turn as if alone.
 //!
 //! [`AuthFailureLimiter`] limits, per client address, the requests that fail authentication,
 //! with the same token bucket.
@@ -19,7 +20,7 @@
 use crate::model::store::RateLimits;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr};
-use std::sync::Mutex;
+use std::sync::{Arc, Condvar, Mutex};
 
 use jiff::Timestamp;
 
@@ -157,7 +158,200 @@ impl StoreState {
 pub struct RateLimiter {
     stores: Mutex<HashMap<StoreId, StoreState>>,
     /// The storage the hosts share, when they do.
-    shared: Option<Db>,
+    shared: Option<SharedLimits>,
+}
+
+/// What the limiter answers one request.
+type Admission = Result<RateStatus, (Error, RateStatus)>;
+
+/// The headers' values when a request was not counted at all (an error of the storage).
+const UNCOUNTED: RateStatus = RateStatus {
+    remaining: 0,
+    reset_secs: 0,
+};
+
+/// Below this many stores the shared limiter does not forget idle ones.
+const TURNS_PRUNE_MIN: usize = 4096;
+
+/// The store limits where hosts share the storage: each store's state is its record
+/// `ratelimit/{store}`, changed by [`Db::update`] (on PostgreSQL a row lock held for the update's
+/// round trips). A store's requests that arrive on this host while its record is being updated
+/// wait, and the next update judges all of them, one after the other in the order they came:
+/// one update, and one hold of the row, for as many requests as came meanwhile, instead of one
+/// each (group commit, for the limiter). Each request is judged exactly as alone, at its own
+/// time, by the same [`StoreState::admit`].
+#[derive(Debug)]
+struct SharedLimits {
+    db: Db,
+    /// Each store's queue of requests on this host; idle ones are forgotten past
+    /// [`TURNS_PRUNE_MIN`] stores (their state is in the storage).
+    turns: Mutex<TurnsByStore>,
+    /// How many updates of the storage the limiter made (each judging one or more requests).
+    updates: std::sync::atomic::AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct TurnsByStore {
+    stores: HashMap<StoreId, Arc<Turns>>,
+    prune_at: usize,
+}
+
+/// One store's requests on this host waiting for the update of its record.
+#[derive(Debug, Default)]
+struct Turns {
+    queue: Mutex<Queue>,
+    done: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    /// Requests no update has taken yet, in the order they came.
+    waiting: Vec<Ask>,
+    /// An update of the record is running (its requests are out of `waiting`).
+    updating: bool,
+    /// The answers of requests whose update ended, until each asker takes its own.
+    answers: HashMap<u64, Admission>,
+    /// The ticket of the next request.
+    next: u64,
+}
+
+/// One request waiting to be judged.
+#[derive(Debug, Clone, Copy)]
+struct Ask {
+    ticket: u64,
+    limits: RateLimits,
+    now_ms: i64,
+}
+
+impl Turns {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A turn at updating a store's record: hands its answers to the waiting requests when it ends,
+/// and an error to each of them if the update panicked, so that none waits for ever.
+struct Lead<'a> {
+    turns: &'a Turns,
+    asks: Vec<Ask>,
+    /// The leading request's ticket: its answer is returned, not handed over.
+    own: u64,
+    answers: Option<Vec<(u64, Admission)>>,
+}
+
+impl Drop for Lead<'_> {
+    fn drop(&mut self) {
+        let answers = self.answers.take().unwrap_or_else(|| {
+            self.asks
+                .iter()
+                .filter(|ask| ask.ticket != self.own)
+                .map(|ask| {
+                    let e = anyhow::anyhow!("the update of the store's rate limit panicked");
+                    (ask.ticket, Err((Error::Internal(e), UNCOUNTED)))
+                })
+                .collect()
+        });
+        let mut queue = self.turns.lock();
+        queue.answers.extend(answers);
+        queue.updating = false;
+        self.turns.done.notify_all();
+    }
+}
+
+impl SharedLimits {
+    fn new(db: Db) -> Self {
+        Self {
+            db,
+            turns: Mutex::default(),
+            updates: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// The queue of `store`'s requests on this host.
+    fn turns(&self, store: &StoreId) -> Arc<Turns> {
+        let mut all = self.turns.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(turns) = all.stores.get(store) {
+            return turns.clone();
+        }
+        if all.stores.len() >= all.prune_at.max(TURNS_PRUNE_MIN) {
+            // Forget the stores no request is waiting in (nobody else holds their queue); prune
+            // again when the map has doubled, so pruning costs O(1) per new store on average.
+            all.stores.retain(|_, turns| Arc::strong_count(turns) > 1);
+            all.prune_at = all.stores.len() * 2;
+        }
+        let turns = Arc::new(Turns::default());
+        all.stores.insert(store.clone(), turns.clone());
+        turns
+    }
+
+    /// Admits one request for `store` at `now_ms`: waits for the update of the store's record
+    /// running now, if one is, and is judged by the next, with every request that came
+    /// meanwhile; or runs that update itself.
+    fn admit(&self, store: &StoreId, limits: RateLimits, now_ms: i64) -> Admission {
+        let turns = self.turns(store);
+        let mut queue = turns.lock();
+        let ticket = queue.next;
+        queue.next += 1;
+        queue.waiting.push(Ask {
+            ticket,
+            limits,
+            now_ms,
+        });
+        loop {
+            if let Some(answer) = queue.answers.remove(&ticket) {
+                return answer;
+            }
+            if queue.updating {
+                queue = turns.done.wait(queue).unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            // Lead: one update judges every request waiting now, this one among them.
+            queue.updating = true;
+            let mut lead = Lead {
+                turns: &turns,
+                asks: std::mem::take(&mut queue.waiting),
+                own: ticket,
+                answers: None,
+            };
+            drop(queue);
+            let mut answers = self.judge(store, &lead.asks);
+            let own = answers.iter().position(|(t, _)| *t == ticket);
+            let mine = own.map(|i| answers.swap_remove(i).1);
+            lead.answers = Some(answers);
+            drop(lead);
+            if let Some(mine) = mine {
+                return mine;
+            }
+            queue = turns.lock();
+        }
+    }
+
+    /// One update of `store`'s record that judges `asks` in their order.
+    fn judge(&self, store: &StoreId, asks: &[Ask]) -> Vec<(u64, Admission)> {
+        use std::sync::atomic::Ordering;
+        self.updates.fetch_add(1, Ordering::Relaxed);
+        let key = format!("ratelimit/{store}");
+        let updated = self.db.update(&key, |state: Option<StoreState>| {
+            let mut state = state.unwrap_or_else(|| match asks.first() {
+                Some(first) => StoreState::new(first.limits, first.now_ms),
+                None => StoreState::new(RateLimits::default(), 0),
+            });
+            let answers: Vec<_> = asks
+                .iter()
+                .map(|ask| (ask.ticket, state.admit(ask.limits, ask.now_ms)))
+                .collect();
+            (state, answers)
+        });
+        updated.unwrap_or_else(|e| {
+            let message = e.to_string();
+            asks.iter()
+                .map(|ask| {
+                    let e = anyhow::anyhow!("updating the store's rate limit: {message}");
+                    (ask.ticket, Err((Error::Internal(e), UNCOUNTED)))
+                })
+                .collect()
+        })
+    }
 }
 
 impl RateLimiter {
@@ -168,7 +362,7 @@ impl RateLimiter {
     pub fn new(shared: Option<Db>) -> Self {
         Self {
             stores: Mutex::default(),
-            shared,
+            shared: shared.map(SharedLimits::new),
         }
     }
 
@@ -181,20 +375,8 @@ impl RateLimiter {
         now: Timestamp,
     ) -> Result<RateStatus, (Error, RateStatus)> {
         let now_ms = now.as_millisecond();
-        if let Some(db) = &self.shared {
-            let key = format!("ratelimit/{store}");
-            let updated = db.update(&key, |state: Option<StoreState>| {
-                let mut state = state.unwrap_or_else(|| StoreState::new(limits, now_ms));
-                let answer = state.admit(limits, now_ms);
-                (state, answer)
-            });
-            return updated.unwrap_or_else(|e| {
-                let status = RateStatus {
-                    remaining: 0,
-                    reset_secs: 0,
-                };
-                Err((e, status))
-            });
+        if let Some(shared) = &self.shared {
+            return shared.admit(store, limits, now_ms);
         }
         let mut stores = self.stores.lock().unwrap_or_else(|e| e.into_inner());
         stores
@@ -431,6 +613,153 @@ mod tests {
                 "320 requests at one instant: the burst of 120, once"
             );
         }
+    }
+
+    /// A storage whose first [`Storage::update`] waits until it is let go, then goes on or
+    /// panics: the requests that come meanwhile queue behind it.
+    struct Gated {
+        inner: Arc<dyn crate::storage::Storage>,
+        /// `None` while held; then whether the held update panics.
+        gate: Mutex<Option<bool>>,
+        opened: Condvar,
+        first: std::sync::atomic::AtomicBool,
+    }
+
+    impl Gated {
+        fn new() -> (Arc<Self>, tempfile::TempDir) {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let sled = crate::storage::SledStorage::open(dir.path()).expect("sled");
+            let gated = Arc::new(Self {
+                inner: Arc::new(sled),
+                gate: Mutex::new(None),
+                opened: Condvar::new(),
+                first: std::sync::atomic::AtomicBool::new(true),
+            });
+            (gated, dir)
+        }
+
+        fn open(&self, panic: bool) {
+            *self.gate.lock().expect("gate") = Some(panic);
+            self.opened.notify_all();
+        }
+    }
+
+    impl crate::storage::Storage for Gated {
+        fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+            self.inner.get(key)
+        }
+        fn scan(
+            &self,
+            prefix: &[u8],
+            after: Option<&[u8]>,
+            reverse: bool,
+            limit: usize,
+        ) -> Result<Vec<crate::storage::Entry>> {
+            self.inner.scan(prefix, after, reverse, limit)
+        }
+        fn transact(
+            &self,
+            f: &mut dyn FnMut(&mut dyn crate::storage::Txn) -> Result<()>,
+        ) -> Result<()> {
+            self.inner.transact(f)
+        }
+        fn flush(&self) -> Result<()> {
+            self.inner.flush()
+        }
+        fn update(&self, key: &[u8], f: &mut crate::storage::Update<'_>) -> Result<()> {
+            if self.first.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                let mut gate = self.gate.lock().expect("gate");
+                while gate.is_none() {
+                    gate = self.opened.wait(gate).expect("gate");
+                }
+                assert_eq!(*gate, Some(false), "the held update panics, as told");
+            }
+            self.inner.update(key, f)
+        }
+    }
+
+    /// Holds the first request's update of `store` in `gated`, sends 15 more from threads of
+    /// their own, waits until all 15 wait in the limiter, and lets the update go (or panic).
+    /// Returns each thread's answer (the first one's `None` if it panicked) and the updates made.
+    fn sixteen_behind_one(
+        panic: bool,
+        limits: RateLimits,
+    ) -> (Vec<Option<Result<RateStatus, String>>>, u64) {
+        let (gated, _dir) = Gated::new();
+        let limiter = Arc::new(RateLimiter::new(Some(Db::new(gated.clone(), false))));
+        let store = StoreId::generate(at(0));
+        let send = |limiter: &Arc<RateLimiter>| {
+            let (limiter, store) = (limiter.clone(), store.clone());
+            std::thread::spawn(move || {
+                limiter
+                    .admit(&store, limits, at(0))
+                    .map_err(|(e, _)| e.to_string())
+            })
+        };
+        let shared = limiter.shared.as_ref().expect("shared");
+        let first = send(&limiter);
+        let turns = shared.turns(&store);
+        let waiting = |n: usize| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            loop {
+                let queue = turns.lock();
+                if queue.updating && queue.waiting.len() >= n {
+                    return;
+                }
+                drop(queue);
+                assert!(std::time::Instant::now() < deadline, "{n} requests waiting");
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        };
+        waiting(0);
+        let others: Vec<_> = (0..15).map(|_| send(&limiter)).collect();
+        waiting(15);
+        gated.open(panic);
+        let mut answers = vec![first.join().ok()];
+        answers.extend(others.into_iter().map(|t| Some(t.join().expect("thread"))));
+        let updates = shared.updates.load(std::sync::atomic::Ordering::SeqCst);
+        (answers, updates)
+    }
+
+    #[test]
+    fn a_stores_requests_that_come_during_an_update_of_its_record_share_the_next_one() {
+        let limits = RateLimits {
+            burst: 10,
+            ..RateLimits::default()
+        };
+        let (answers, updates) = sixteen_behind_one(false, limits);
+        assert_eq!(updates, 2, "the held update, then one for the 15 behind it");
+        // Each judged in turn at one instant: the burst of 10 once, each admitted request with
+        // one fewer left than the one before it, and the other 6 refused.
+        let mut remaining: Vec<u64> = answers
+            .iter()
+            .filter_map(|a| a.clone().expect("answered").ok())
+            .map(|status| status.remaining)
+            .collect();
+        remaining.sort_unstable();
+        assert_eq!(remaining, (0..10).collect::<Vec<u64>>());
+        let refused = answers
+            .iter()
+            .filter_map(|a| a.clone().expect("answered").err())
+            .collect::<Vec<_>>();
+        assert_eq!(refused.len(), 6, "{refused:?}");
+        assert!(
+            refused.iter().all(|e| e.contains("rate limit")),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn an_update_that_panics_leaves_no_request_of_its_store_waiting() {
+        let (answers, updates) = sixteen_behind_one(true, RateLimits::default());
+        assert!(answers[0].is_none(), "the request whose update panicked");
+        assert_eq!(updates, 2, "the next update judged the 15 that waited");
+        assert!(
+            answers[1..]
+                .iter()
+                .all(|a| a.as_ref().is_some_and(Result::is_ok)),
+            "{answers:?}"
+        );
     }
 
     #[test]
