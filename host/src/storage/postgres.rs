@@ -955,6 +955,59 @@ mod tests {
         assert_eq!(prepared_and_mode(&pg).0, after_one);
     }
 
+    #[test]
+    fn a_transactions_announcements_are_heard_when_it_commits_and_never_when_it_does_not() {
+        let Some(pg) = crate::storage::contract::fresh_postgres_pool(2) else {
+            return;
+        };
+        let (sender, heard) = std::sync::mpsc::channel::<String>();
+        let sender = Mutex::new(sender);
+        pg.listen(std::sync::Arc::new(move |message: Option<&str>| {
+            if let Some(message) = message {
+                let _ = sender
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .send(message.to_owned());
+            }
+        }));
+        let announce = |message: &str, relaxed: bool, commit: bool| {
+            pg.transact(&mut |tx| {
+                if relaxed {
+                    tx.relax();
+                }
+                tx.put(b"k", b"1".to_vec())?;
+                tx.announce(message)?;
+                if commit {
+                    Ok(())
+                } else {
+                    Err(crate::Error::invalid("x", "not committed, on purpose"))
+                }
+            })
+        };
+        // The listener's connection is made on a thread of its own: announce until it hears.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            announce("ping", false, true).expect("ping");
+            if heard.recv_timeout(Duration::from_millis(100)).is_ok() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the listener never heard"
+            );
+        }
+        while heard.recv_timeout(Duration::from_millis(200)).is_ok() {}
+        let odd = "it's a \\ 'quoted' \"line\" ü\nq work/webhook/1";
+        announce(odd, false, true).expect("committed");
+        announce("never", false, false).expect_err("rolled back");
+        announce("relaxed", true, true).expect("committed, relaxed");
+        let mut got = Vec::new();
+        while let Ok(message) = heard.recv_timeout(Duration::from_millis(500)) {
+            got.push(message);
+        }
+        assert_eq!(got, [odd, "relaxed"]);
+    }
+
     /// Drops every statement the one connection has prepared, on the server's side only.
     fn deallocate_all(pg: &PgStorage) {
         pg.pool
