@@ -319,10 +319,12 @@ impl SharedLimits {
             let mine = own.map(|i| answers.swap_remove(i).1);
             lead.answers = Some(answers);
             drop(lead);
-            if let Some(mine) = mine {
-                return mine;
-            }
-            queue = turns.lock();
+            // Its request was waiting (it has no answer, and no update was running), so the
+            // update judged it.
+            return mine.unwrap_or_else(|| {
+                let e = anyhow::anyhow!("a request was left out of its store's rate limit update");
+                Err((Error::Internal(e), UNCOUNTED))
+            });
         }
     }
 
@@ -356,8 +358,9 @@ impl SharedLimits {
 
 impl RateLimiter {
     /// A limiter that keeps its state in memory, or in `shared` storage when hosts share it:
-    /// each admission is then one atomic update of the store's record (`ratelimit/{store}`,
-    /// [`Db::update`]), so the requests of one store wait for each other there, never for
+    /// admissions are then atomic updates of the store's record (`ratelimit/{store}`,
+    /// [`Db::update`]), each judging the store's requests that came on this host meanwhile
+    /// (`SharedLimits`), so the requests of one store wait for each other there, never for
     /// another store's.
     pub fn new(shared: Option<Db>) -> Self {
         Self {
