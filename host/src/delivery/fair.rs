@@ -2,9 +2,10 @@
 //!
 //! Webhook attempts (network waits) and component invocations (CPU on blocking threads) draw
 //! from separate pools, so plugins that compute or sleep up to their deadline never hold up
-//! webhooks, and the other way round. Within a pool, one target takes at most
-//! [`MAX_IN_FLIGHT_PER_TARGET`]; and once half the pool is in use, one installation, one plugin
-//! (across every store that installed it) and one store each take at most a share of it, so slow
+//! webhooks, and the other way round. One webhook subscription takes at most
+//! [`MAX_IN_FLIGHT_PER_TARGET`] (a component has no cap of its own); and once half a pool is in
+//! use, one installation, one plugin (across every store that installed it) and one store each
+//! take at most a share of it, so slow
 //! receivers or slow components of one plugin or one store always leave room to the others,
 //! while a lone busy plugin can still use half the pool. Each lane of the work queue is read in
 //! due order and an entry over its share waits for a later round.
@@ -23,7 +24,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// At most this many attempts to one target run at once.
+/// At most this many attempts to one webhook subscription run at once (a component's
+/// invocations are bounded by the shares alone: `Pool::components`).
 pub const MAX_IN_FLIGHT_PER_TARGET: usize = 8;
 /// Messages and host mails sent at once.
 pub const MESSAGE_CONCURRENCY: usize = 8;
@@ -70,9 +72,10 @@ struct Caps {
 }
 
 impl Caps {
-    fn of(concurrency: usize) -> Self {
+    /// The shares of a pool of `concurrency` places, a target taking at most `target`.
+    fn of(concurrency: usize, target: usize) -> Self {
         Self {
-            target: MAX_IN_FLIGHT_PER_TARGET,
+            target,
             installation: (concurrency / INSTALLATION_SHARE).max(1),
             plugin: (concurrency / PLUGIN_SHARE).max(1),
             store: (concurrency / STORE_SHARE).max(1),
@@ -147,12 +150,27 @@ struct Pool {
 }
 
 impl Pool {
-    fn shared(n: usize) -> Self {
+    /// The webhook attempts' pool: a subscription takes at most [`MAX_IN_FLIGHT_PER_TARGET`],
+    /// whatever the pool's size (a receiver gets that many requests at once at most).
+    fn webhooks(n: usize) -> Self {
+        Self::shared(n, MAX_IN_FLIGHT_PER_TARGET)
+    }
+
+    /// The component invocations' pool: a component, its installation's one target in it, has
+    /// no cap of its own. Its installation's, plugin's and store's shares bound it once half the
+    /// pool is in use, so a lone busy component takes half the pool, as a lone busy plugin may.
+    /// Invocations are this host's own CPU, not a receiver's to spare; and a made one waits for
+    /// its record with its place given up, so more at once make bigger record batches.
+    fn components(n: usize) -> Self {
+        Self::shared(n, n)
+    }
+
+    fn shared(n: usize, target: usize) -> Self {
         let n = n.max(1);
         Self {
             permits: Arc::new(Semaphore::new(n)),
             size: n,
-            caps: Caps::of(n),
+            caps: Caps::of(n, target),
             contended_below: n.div_ceil(2),
         }
     }
@@ -259,8 +277,8 @@ impl Fair {
     /// Pools of `webhooks` and `components` attempts at once (shared out), and of `messages`.
     pub fn new(webhooks: usize, components: usize, messages: usize) -> Arc<Self> {
         let (webhooks, components, messages) = (
-            Pool::shared(webhooks),
-            Pool::shared(components),
+            Pool::webhooks(webhooks),
+            Pool::components(components),
             Pool::unshared(messages),
         );
         Arc::new(Self {
@@ -444,6 +462,31 @@ mod tests {
         drop(held);
         assert_eq!(fair.in_flight(), 1, "dropping a ticket frees its place");
         assert_eq!(fair.free(), 127 + MESSAGE_CONCURRENCY);
+    }
+
+    #[test]
+    fn a_lone_component_takes_half_its_pool_where_a_subscription_takes_eight() {
+        let fair = Fair::new(64, 64, 8);
+        let start = |kind: Kind, target: &str| {
+            (0..64)
+                .filter_map(|n| {
+                    let s = slot(kind, target, target, "busy", "store_a");
+                    fair.try_start(&format!("{target}-due{n}"), s).ok()
+                })
+                .collect::<Vec<_>>()
+        };
+        let components = start(Kind::Component, "inst_c");
+        assert_eq!(
+            components.len(),
+            32,
+            "a component has no cap of its own: its shares apply once half the pool is used"
+        );
+        let webhooks = start(Kind::Webhook, "wh_1");
+        assert_eq!(
+            webhooks.len(),
+            MAX_IN_FLIGHT_PER_TARGET,
+            "a receiver's requests at once"
+        );
     }
 
     #[test]

@@ -531,8 +531,9 @@ struct Lane {
 
 impl Lane {
     /// Keeps the entries of a read past the window ([`Lane::beyond`]) that are not in flight
-    /// (`taken`), except those of a target that holds what it may start at once
-    /// ([`MAX_IN_FLIGHT_PER_TARGET`]) ready at or behind the cursor: a backlog's target, whose
+    /// (`taken`), except those of a target that holds what a subscription may start at once
+    /// ([`MAX_IN_FLIGHT_PER_TARGET`]; a component may start more) ready at or behind the
+    /// cursor: a backlog's target, whose
     /// next attempts the cursor's reads made ready, and whose later ones come with the cursor.
     /// A quiet store's events committed together all come in, however many: its target's ready
     /// entries, if any, came from reads past the window too. Returns whether it kept every
