@@ -750,10 +750,12 @@ impl PgTxn<'_, '_> {
         if self.pending.is_empty() {
             return Ok(());
         }
-        // In key order: the statement locks the rows it writes in the order given (and those it
-        // removes in the index's), so two transactions writing some of the same records wait
-        // for each other instead of each holding a row the other waits for, a deadlock that
-        // PostgreSQL breaks only after `deadlock_timeout` (1 s by default).
+        // In key order: the statement locks the rows it writes in the order given, then those it
+        // removes in the order it finds them (the same for every transaction), so two
+        // transactions writing (or removing) some of the same records wait for each other
+        // instead of each holding a row the other waits for, a deadlock that PostgreSQL breaks
+        // only after `deadlock_timeout` (1 s by default). Two that each write a record the
+        // other removes can still deadlock: a deadlock is counted and logged.
         let mut pending: Vec<_> = self.pending.drain().collect();
         pending.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let mut removed = Vec::new();
