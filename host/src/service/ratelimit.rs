@@ -186,8 +186,6 @@ struct SharedLimits {
     /// Each store's queue of requests on this host; idle ones are forgotten past
     /// [`TURNS_PRUNE_MIN`] stores (their state is in the storage).
     turns: Mutex<TurnsByStore>,
-    /// How many updates of the storage the limiter made (each judging one or more requests).
-    updates: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -263,7 +261,6 @@ impl SharedLimits {
         Self {
             db,
             turns: Mutex::default(),
-            updates: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -330,8 +327,6 @@ impl SharedLimits {
 
     /// One update of `store`'s record that judges `asks` in their order.
     fn judge(&self, store: &StoreId, asks: &[Ask]) -> Vec<(u64, Admission)> {
-        use std::sync::atomic::Ordering;
-        self.updates.fetch_add(1, Ordering::Relaxed);
         let key = format!("ratelimit/{store}");
         let updated = self.db.update(&key, |state: Option<StoreState>| {
             let mut state = state.unwrap_or_else(|| match asks.first() {
@@ -625,7 +620,8 @@ mod tests {
         /// `None` while held; then whether the held update panics.
         gate: Mutex<Option<bool>>,
         opened: Condvar,
-        first: std::sync::atomic::AtomicBool,
+        /// Updates made so far.
+        updates: std::sync::atomic::AtomicU64,
     }
 
     impl Gated {
@@ -636,7 +632,7 @@ mod tests {
                 inner: Arc::new(sled),
                 gate: Mutex::new(None),
                 opened: Condvar::new(),
-                first: std::sync::atomic::AtomicBool::new(true),
+                updates: std::sync::atomic::AtomicU64::new(0),
             });
             (gated, dir)
         }
@@ -670,7 +666,11 @@ mod tests {
             self.inner.flush()
         }
         fn update(&self, key: &[u8], f: &mut crate::storage::Update<'_>) -> Result<()> {
-            if self.first.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            if self
+                .updates
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                == 0
+            {
                 let mut gate = self.gate.lock().expect("gate");
                 while gate.is_none() {
                     gate = self.opened.wait(gate).expect("gate");
@@ -720,7 +720,7 @@ mod tests {
         gated.open(panic);
         let mut answers = vec![first.join().ok()];
         answers.extend(others.into_iter().map(|t| Some(t.join().expect("thread"))));
-        let updates = shared.updates.load(std::sync::atomic::Ordering::SeqCst);
+        let updates = gated.updates.load(std::sync::atomic::Ordering::SeqCst);
         (answers, updates)
     }
 
