@@ -176,15 +176,13 @@ impl Service {
     ///
     /// [`AuthCache`]: super::auth_cache::AuthCache
     pub fn admit(&self, actor: &Actor) -> Result<RateStatus, (Error, RateStatus)> {
-        const NONE: RateStatus = RateStatus {
-            remaining: 0,
-            reset_secs: 0,
-        };
-        let installed = self.still_installed(actor).map_err(|e| (e, NONE))?;
+        let installed = self
+            .still_installed(actor)
+            .map_err(|e| (e, RateStatus::UNCOUNTED))?;
         if !installed {
             return Err((
                 Error::Unauthorized("the plugin was uninstalled from this store".into()),
-                NONE,
+                RateStatus::UNCOUNTED,
             ));
         }
         self.limiter

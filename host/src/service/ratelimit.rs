@@ -164,11 +164,14 @@ pub struct RateLimiter {
 /// What the limiter answers one request.
 type Admission = Result<RateStatus, (Error, RateStatus)>;
 
-/// The headers' values when a request was not counted at all (an error of the storage).
-const UNCOUNTED: RateStatus = RateStatus {
-    remaining: 0,
-    reset_secs: 0,
-};
+impl RateStatus {
+    /// The headers' values of a request that was not counted at all (refused before the
+    /// limiter, or an error of the storage).
+    pub const UNCOUNTED: RateStatus = RateStatus {
+        remaining: 0,
+        reset_secs: 0,
+    };
+}
 
 /// Below this many stores the shared limiter does not forget idle ones.
 const TURNS_PRUNE_MIN: usize = 4096;
@@ -245,7 +248,7 @@ impl Drop for Lead<'_> {
                 .filter(|ask| ask.ticket != self.own)
                 .map(|ask| {
                     let e = anyhow::anyhow!("the update of the store's rate limit panicked");
-                    (ask.ticket, Err((Error::Internal(e), UNCOUNTED)))
+                    (ask.ticket, Err((Error::Internal(e), RateStatus::UNCOUNTED)))
                 })
                 .collect()
         });
@@ -320,7 +323,7 @@ impl SharedLimits {
             // update judged it.
             return mine.unwrap_or_else(|| {
                 let e = anyhow::anyhow!("a request was left out of its store's rate limit update");
-                Err((Error::Internal(e), UNCOUNTED))
+                Err((Error::Internal(e), RateStatus::UNCOUNTED))
             });
         }
     }
@@ -344,7 +347,7 @@ impl SharedLimits {
             asks.iter()
                 .map(|ask| {
                     let e = anyhow::anyhow!("updating the store's rate limit: {message}");
-                    (ask.ticket, Err((Error::Internal(e), UNCOUNTED)))
+                    (ask.ticket, Err((Error::Internal(e), RateStatus::UNCOUNTED)))
                 })
                 .collect()
         })
