@@ -138,7 +138,7 @@ async fn main() {
     }
     for (durable, database_url) in runs {
         let on_postgres = database_url.is_some();
-        let host = TestHost::start_configured(move |c| {
+        let mut host = TestHost::start_configured(move |c| {
             c.clock = std::sync::Arc::new(commerce_host::model::clock::SystemClock);
             c.durable_writes = durable;
             if database_url.is_some() {
@@ -239,6 +239,9 @@ async fn main() {
         figures.set(&format!("{post_name}_req_per_s{pg}"), per_s);
         figures.set(&format!("{post_name}_p99_ms{pg}"), p99_ms);
         figures.set(&format!("{post_name}_cpu_us_per_req{pg}"), cpu_us);
+        // Stopped before the next pass (and before the runtime ends with the last one): a host
+        // only dropped would still be stopping its engine as the runtime shut down.
+        host.stop().await;
     }
     if bare_per_s > 0.0 {
         figures.set("get_order_vs_bare_pct", 100.0 * get_per_s / bare_per_s);
