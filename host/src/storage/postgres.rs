@@ -49,8 +49,10 @@ pub struct PgStorage {
     pool: Pool,
     /// Tells the listening thread to end when the storage is dropped.
     stop: Arc<std::sync::atomic::AtomicBool>,
-    /// Statements that PostgreSQL ended as one side of a deadlock (the transaction ran again):
-    /// none are expected, since every transaction writes its records in key order.
+    /// Statements that PostgreSQL ended as one side of a deadlock (the transaction ran again).
+    /// Transactions writing, or removing, some of the same records meet none, their writes going
+    /// in key order ([`PgTxn::write_pending`]); two that each write a record the other removes
+    /// still can.
     deadlocks: std::sync::atomic::AtomicU64,
 }
 
