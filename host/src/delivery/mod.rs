@@ -11,7 +11,9 @@
 //!
 //! Delivery is at least once: a delivery's entry leaves the queue in the transaction that records
 //! its attempt, so a host killed during an attempt makes it again after the restart (a mail
-//! likewise; a message after its lease). Receivers deduplicate with the `X-Service-Event-Id`
+//! likewise; a message after its lease). A first attempt the fan-out handed over in memory
+//! ([`first`]) has no queue entry: its event's outbox entry stays until the attempt is recorded,
+//! and after a restart the fan-out queues the delivery from there. Receivers deduplicate with the `X-Service-Event-Id`
 //! header, providers with `Idempotency-Key`.
 //!
 //! Every request goes through the one outbound client (`client.rs`), every email through the one
@@ -19,6 +21,7 @@
 
 pub mod client;
 pub mod fair;
+mod first;
 pub mod mail;
 pub mod messages;
 mod ready;
@@ -70,6 +73,9 @@ const SWEEP_EVERY: Duration = Duration::from_millis(50);
 const RESCAN_EVERY: Duration = Duration::from_secs(1);
 
 const BATCH: usize = 256;
+
+/// How often the fan-out reads the whole outbox, from its head, on a poll (see [`first`]).
+const OUTBOX_READ_WHOLE_EVERY: Duration = Duration::from_secs(10);
 
 /// Targets whose owner the engine remembers; past this the memory starts again (it only saves
 /// two reads per attempt).
@@ -134,6 +140,8 @@ enum Job {
 /// An attempt waiting to be recorded.
 struct Pending {
     due_key: String,
+    /// Whether its queue entry was written (not a first attempt from memory, see [`first`]).
+    queued: bool,
     entry: DueEntry,
     outcome: Outcome,
     reply: oneshot::Sender<Result<Option<Paused>>>,
@@ -182,9 +190,9 @@ async fn record_attempts(
     let mut batch = Vec::with_capacity(RECORD_BATCH);
     while pending.recv_many(&mut batch, RECORD_BATCH).await > 0 {
         linger(&fair, &mut pending, &mut batch).await;
-        let items: Vec<(&str, &DueEntry, &Outcome)> = batch
+        let items: Vec<((&str, bool), &DueEntry, &Outcome)> = batch
             .iter()
-            .map(|p| (p.due_key.as_str(), &p.entry, &p.outcome))
+            .map(|p| ((p.due_key.as_str(), p.queued), &p.entry, &p.outcome))
             .collect();
         match off_workers(&service, || service.record_attempts(&items)) {
             Ok(paused) => {
@@ -197,7 +205,9 @@ async fn record_attempts(
                 tracing::warn!(error = %format!("{e:#}"), "recording a batch of attempts; one by one");
                 for p in batch.drain(..) {
                     let one = off_workers(&service, || {
-                        service.record_attempt(&p.due_key, &p.entry, &p.outcome)
+                        let item = ((p.due_key.as_str(), p.queued), &p.entry, &p.outcome);
+                        let paused = service.record_attempts(&[item])?;
+                        Ok(paused.into_iter().next().flatten())
                     });
                     let _ = p.reply.send(one);
                 }
@@ -260,6 +270,8 @@ struct Shared {
     events: Mutex<HashMap<String, Arc<crate::model::event::Event>>>,
     /// Where finished attempts go to be recorded (see [`record_attempts`]).
     recorder: mpsc::UnboundedSender<Pending>,
+    /// The deliveries the fan-out hands over for their first attempt (see [`first`]).
+    first: first::First,
 }
 
 impl Shared {
@@ -272,6 +284,7 @@ impl Shared {
         fair: Arc<Fair>,
         recorder: mpsc::UnboundedSender<Pending>,
     ) -> Result<Self> {
+        let first = first::First::new(&service.db)?;
         Ok(Self {
             http: HttpClient::new(service.network.clone(), timeouts)?,
             mail,
@@ -284,6 +297,7 @@ impl Shared {
             done: Notify::new(),
             events: Mutex::default(),
             recorder,
+            first,
         })
     }
 }
@@ -407,6 +421,13 @@ async fn run(shared: Arc<Shared>, config: EngineConfig, mut stopped: watch::Rece
         let _ = (&mut beating.0).await;
     }
     while tasks.join_next().await.is_some() {}
+    // The outbox entries whose deliveries were all recorded go now: left, the next start would
+    // fan them out again (finding every delivery made).
+    if let Err(e) = off_workers(&shared.service, || {
+        shared.first.remove_done(&shared.service.db)
+    }) {
+        tracing::warn!(error = %format!("{e:#}"), "delivery engine: removing outbox entries");
+    }
 }
 
 /// Where hosts share the database: writes this host's heartbeat and reads the others' every
@@ -441,13 +462,28 @@ impl<T> Drop for AbortOnDrop<T> {
 /// own: the engine's rounds, which start the work it queues, never wait for it (on PostgreSQL a
 /// burst's fan-out takes seconds), and it never waits for them.
 async fn fan_out(shared: Arc<Shared>, poll: Duration, mut stopped: watch::Receiver<bool>) {
+    let mut read_whole = std::time::Instant::now();
     loop {
         if *stopped.borrow() {
             break;
         }
+        if let Some(key) = shared.wake.take_outbox_earliest() {
+            shared.first.list_from(&key);
+        }
         let fanned = off_workers(&shared.service, || {
-            queue::fan_out(&shared.service, shared.service.now(), BATCH, |event| {
+            let service = &shared.service;
+            let first = shared.first.attempts();
+            queue::fan_out(service, service.now(), BATCH, first, |event, key, first| {
                 shared.keep_event(event);
+                if first.is_empty() {
+                    return;
+                }
+                match shared.first.give(key, first) {
+                    Ok(()) => shared.done.notify_one(), // The engine's next round takes them.
+                    Err(e) => {
+                        tracing::error!(error = %format!("{e:#}"), "delivery engine: first attempts")
+                    }
+                }
             })
         });
         match fanned {
@@ -468,7 +504,14 @@ async fn fan_out(shared: Arc<Shared>, poll: Duration, mut stopped: watch::Receiv
         }
         tokio::select! {
             () = shared.wake.outbox_notified() => {}
-            () = tokio::time::sleep(poll) => {}
+            () = tokio::time::sleep(poll) => {
+                // Now and then a poll reads the outbox from its head (past every entry held),
+                // though every commit tells where it put its entries.
+                if read_whole.elapsed() >= OUTBOX_READ_WHOLE_EVERY {
+                    read_whole = std::time::Instant::now();
+                    shared.first.list_from("");
+                }
+            }
             _ = stopped.changed() => {}
         }
     }
@@ -631,6 +674,10 @@ impl Shared {
     ) -> Result<()> {
         let db = &self.service.db;
         let now = self.service.now();
+        for (kind, key, bytes) in self.first.take_inbox() {
+            let lane = &mut lanes.lanes[crate::storage::queue::lane_index(kind)];
+            lane.ready.insert(key, bytes);
+        }
         if now >= *next_purge {
             let purged = queue::purge(db, now, BATCH)?;
             if purged > 0 {
@@ -912,10 +959,14 @@ impl Shared {
                     jobs.push((key, Job::Attempt(entry, delivery), ticket));
                 }
                 // A leftover, removed: its place is free again (see below).
-                Some(Claimed::Gone) => dropped_leftovers = true,
+                Some(Claimed::Gone) => {
+                    self.first.settle(&key, true);
+                    dropped_leftovers = true;
+                }
                 // Another host's, or not claimed now: it stays queued, and is found again
-                // when that host records it or on the next sweep.
-                Some(Claimed::Held) | None => {}
+                // when that host records it or on the next sweep (one handed over in memory
+                // is released to the fan-out, which queues it).
+                Some(Claimed::Held) | None => self.first.settle(&key, false),
             }
         }
         // The round took leftovers in place of work: the next round takes the entries after
@@ -929,7 +980,9 @@ impl Shared {
 
     /// Runs one started entry's work, then frees its place and wakes the engine.
     async fn run(self: Arc<Self>, key: String, job: Job, mut ticket: fair::Ticket) {
-        if let Err(e) = self.run_work(&key, job, &mut ticket).await {
+        let ran = self.run_work(&key, job, &mut ticket).await;
+        self.first.settle(&key, ran.is_ok());
+        if let Err(e) = ran {
             tracing::error!(error = %format!("{e:#}"), due = key, "queued work");
             // Keep it in flight a moment so a persistent error does not spin.
             tokio::time::sleep(Duration::from_secs(1)).await;
@@ -1215,6 +1268,7 @@ impl Shared {
         let (reply, recorded) = oneshot::channel();
         let pending = Pending {
             due_key: due_key.to_owned(),
+            queued: !self.first.is_given(due_key),
             entry: entry.clone(),
             outcome,
             reply,
@@ -1307,6 +1361,7 @@ mod tests {
         let now = Timestamp::UNIX_EPOCH;
         Pending {
             due_key: "due".into(),
+            queued: true,
             entry: DueEntry {
                 store_id: StoreId::generate(now),
                 target: TargetRef::Webhook(WebhookId::generate(now)),

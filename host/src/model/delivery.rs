@@ -161,11 +161,16 @@ impl Delivery {
 
     /// Its entry in the work queue.
     pub fn work(&self) -> crate::model::work::Work {
-        crate::model::work::Work::Delivery(DueEntry {
+        crate::model::work::Work::Delivery(self.due_entry())
+    }
+
+    /// What its entry in the work queue names.
+    pub fn due_entry(&self) -> DueEntry {
+        DueEntry {
             store_id: self.store_id.clone(),
             target: self.target.clone(),
             event_id: self.event_id.clone(),
-        })
+        }
     }
 }
 

@@ -269,5 +269,29 @@ pub fn outbox_key(id: &EventId) -> String {
 /// Prefix of the outbox.
 pub const OUTBOX_PREFIX: &str = "outbox/";
 
+/// A key at or after every outbox entry that a fan-out kept for first attempts made from memory
+/// (see `service::deliveries::queue::FirstAttempts`): an entry after it was never fanned out.
+pub const OUTBOX_KEPT_MARK: &str = "outbox-kept";
+
+/// How far [`kept_mark_for`] sets the mark ahead of the entry kept: the fan-out writes it about
+/// once a second, not with every transaction.
+pub const KEPT_MARK_AHEAD_MS: u64 = 1000;
+
+/// The mark ([`OUTBOX_KEPT_MARK`]) for the kept outbox entry `key`: the last key an event made
+/// [`KEPT_MARK_AHEAD_MS`] after it could have (`key` itself when its id tells no time).
+pub fn kept_mark_for(key: &str) -> String {
+    let made = key
+        .strip_prefix(OUTBOX_PREFIX)
+        .and_then(crate::model::ids::created_ms);
+    match made {
+        Some(ms) => {
+            let ahead = ulid::Ulid::from_parts(ms.saturating_add(KEPT_MARK_AHEAD_MS), u128::MAX);
+            let id = ahead.to_string().to_ascii_lowercase();
+            format!("{OUTBOX_PREFIX}{}_{id}", crate::model::ids::EventId::PREFIX)
+        }
+        None => key.to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests;

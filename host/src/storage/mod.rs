@@ -337,6 +337,7 @@ impl Db {
         let mut out = None;
         let mut queued_delivery = false;
         let mut emitted = false;
+        let mut outbox_first = None;
         let mut queued = queue::Queued::default();
         let mut must_flush = false;
         let mut touched = 0u64;
@@ -345,6 +346,7 @@ impl Db {
                 inner: txn,
                 queued_delivery: false,
                 emitted: false,
+                outbox_first: None,
                 queued: queue::Queued::default(),
                 flush: false,
                 watches: &watches,
@@ -360,6 +362,7 @@ impl Db {
             }
             queued_delivery = tx.queued_delivery;
             emitted = tx.emitted;
+            outbox_first = tx.outbox_first.take();
             queued = std::mem::take(&mut tx.queued);
             must_flush = tx.flush;
             touched = tx.touched;
@@ -385,7 +388,7 @@ impl Db {
             self.delivery.ring_queued(&queued);
         }
         if emitted {
-            self.delivery.ring_outbox();
+            self.delivery.ring_outbox(outbox_first);
         }
         out.ok_or_else(|| Error::Internal(anyhow::anyhow!("transaction produced no result")))
     }
@@ -494,7 +497,8 @@ fn heard(
     if work && let Some(signal) = delivery.upgrade() {
         signal.ring_queued(&queued);
         if emitted {
-            signal.ring_outbox(); // Every host fans out (its own stores, see `peers`).
+            // Every host fans out (its own stores, see `peers`); where, is not told.
+            signal.ring_outbox(Some(String::new()));
         }
     }
 }
@@ -765,6 +769,8 @@ pub struct Tx<'a> {
     queued_delivery: bool,
     /// Whether the transaction emitted an event (the fan-out is rung once it commits).
     emitted: bool,
+    /// The first outbox entry (in key order) it wrote, if any.
+    outbox_first: Option<String>,
     queued: queue::Queued,
     flush: bool,
     /// The watched prefixes, and which of them this transaction wrote under ([`watch_bit`]).
@@ -820,10 +826,13 @@ impl Tx<'_> {
     }
 
     /// Wakes the delivery engine's fan-out once this transaction commits (it emitted an event
-    /// into the outbox).
-    pub fn wake_fan_out(&mut self) {
+    /// into the outbox, under `key`), telling it the first key so emitted.
+    pub fn wake_fan_out(&mut self, key: &str) {
         self.queued_delivery = true;
         self.emitted = true;
+        if self.outbox_first.as_deref().is_none_or(|first| key < first) {
+            self.outbox_first = Some(key.to_owned());
+        }
     }
 
     /// Makes this transaction durable even in a relaxed [`Db::tx_relaxed`]: it is flushed when it

@@ -30,6 +30,12 @@ pub struct Signal {
     /// Rung after every commit that emitted an event: the engine's fan-out waits on it.
     outbox: tokio::sync::Notify,
     earliest: Mutex<Queued>,
+    /// Deliveries the engine holds in memory for their first attempt, their queue entries never
+    /// written (see [`crate::service::deliveries::queue::FirstAttempts`]): how many are due at
+    /// each millisecond. [`due_stats`] counts them with the queue's.
+    held: Mutex<std::collections::BTreeMap<u64, usize>>,
+    /// See [`Signal::take_outbox_earliest`].
+    outbox_earliest: Mutex<Option<String>>,
 }
 
 impl Signal {
@@ -44,15 +50,37 @@ impl Signal {
     }
 
     /// Rings without naming work, for the fan-out too (a test wakes the engine, or another
-    /// process committed).
+    /// process committed): the fan-out reads the outbox from its head.
     pub fn ring(&self) {
+        self.note_outbox(String::new());
         self.notify.notify_one();
         self.outbox.notify_one();
     }
 
-    /// Rings the fan-out: a commit emitted an event.
-    pub(super) fn ring_outbox(&self) {
+    /// Rings the fan-out: a commit emitted an event, the first under `first` (`None`: a key
+    /// not told, the fan-out reads from the head).
+    pub(super) fn ring_outbox(&self, first: Option<String>) {
+        self.note_outbox(first.unwrap_or_default());
         self.outbox.notify_one();
+    }
+
+    fn note_outbox(&self, key: String) {
+        let mut earliest = self
+            .outbox_earliest
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if earliest.as_ref().is_none_or(|e| key < *e) {
+            *earliest = Some(key);
+        }
+    }
+
+    /// The first outbox key (in key order) emitted since the last call (`""`: read from the
+    /// head), for a fan-out that reads the outbox on from where it left off.
+    pub fn take_outbox_earliest(&self) -> Option<String> {
+        self.outbox_earliest
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
     }
 
     /// Rings after a commit that queued `queued`.
@@ -66,6 +94,30 @@ impl Signal {
             }
         }
         self.notify.notify_one();
+    }
+
+    /// Notes a delivery held in memory, due at `due_ms` (see [`Signal::held`]).
+    pub fn hold(&self, due_ms: u64) {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        *held.entry(due_ms).or_default() += 1;
+    }
+
+    /// Forgets a delivery held in memory, due at `due_ms`.
+    pub fn release(&self, due_ms: u64) {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = held.get_mut(&due_ms) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                held.remove(&due_ms);
+            }
+        }
+    }
+
+    /// How many deliveries held in memory are due at `now_ms`, and the earliest due time.
+    fn held_due(&self, now_ms: u64) -> (usize, Option<u64>) {
+        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let due = held.range(..=now_ms).map(|(_, n)| n).sum();
+        (due, held.keys().next().copied().filter(|&ms| ms <= now_ms))
     }
 
     /// The earliest key queued in each lane for each store (a few stores; see [`Queued`]) since
@@ -307,7 +359,8 @@ pub fn due(
 }
 
 /// The queue at `now`, for the metrics: how many entries of every kind are due (in flight
-/// included), reading at most `limit` keys in all, and how long the oldest one has been due.
+/// included, and the deliveries the engine holds in memory for their first attempt), reading at
+/// most `limit` keys in all, and how long the oldest one has been due.
 pub fn due_stats(db: &Db, now: Timestamp, limit: usize) -> Result<(usize, std::time::Duration)> {
     const BATCH: usize = 256;
     let now_ms = millis(now);
@@ -338,6 +391,12 @@ pub fn due_stats(db: &Db, now: Timestamp, limit: usize) -> Result<(usize, std::t
             after = batch.last().map(|(key, _)| key.clone());
         }
     }
+    let (held, earliest) = db.delivery_signal().held_due(now_ms);
+    due += held;
+    oldest = match (oldest, earliest) {
+        (Some(queued), Some(held)) => Some(queued.min(held)),
+        (queued, held) => queued.or(held),
+    };
     let age = oldest.map_or(0, |ms| now_ms.saturating_sub(ms));
     Ok((due, std::time::Duration::from_millis(age)))
 }

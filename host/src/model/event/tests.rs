@@ -7,8 +7,9 @@ use jiff::Timestamp;
 use serde_json::{Value, json};
 
 use super::data::*;
-use super::{Event, EventData, StoreRef};
+use super::{Event, EventData, OUTBOX_PREFIX, StoreRef, kept_mark_for, outbox_key};
 use crate::model::customer::{Address, Customer};
+use crate::model::ids::EventId;
 use crate::model::order::{
     FinancialStatus, Fulfillment, FulfillmentStatus, LineItem, LineQuantity, Order, OrderStatus,
     OrderSummary, Refund,
@@ -594,4 +595,28 @@ fn only_lifecycle_events_name_an_installation() {
         .installation(),
         None
     );
+}
+
+#[test]
+fn the_kept_mark_lies_past_every_entry_made_within_a_second_of_the_one_kept() {
+    // Keys made here from their parts: the ids' generator is the process's, monotonic across
+    // the tests' clocks.
+    let key = |ms: u64, random: u128| {
+        let id = ulid::Ulid::from_parts(1_790_000_000_000 + ms, random);
+        outbox_key(
+            &format!("evt_{}", id.to_string().to_ascii_lowercase())
+                .parse::<EventId>()
+                .expect("id"),
+        )
+    };
+    let kept = key(0, 12_345);
+    let mark = kept_mark_for(&kept);
+    assert!(mark > kept);
+    assert!(
+        mark >= key(1000, u128::MAX >> 48),
+        "the last key of its millisecond"
+    );
+    assert!(mark < key(1001, 0));
+    assert!(mark.starts_with(OUTBOX_PREFIX), "{mark}");
+    assert_eq!(kept_mark_for("outbox/not-an-id"), "outbox/not-an-id");
 }

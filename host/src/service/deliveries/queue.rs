@@ -6,7 +6,9 @@
 //! committed with the change that fired them, and one transaction later turns the outbox entry
 //! into one delivery per subscribed target and deletes it. A crash between the two leaves the
 //! outbox entry, which is fanned out after the restart, so no committed event is lost; and the
-//! changes that fire events never read (or conflict on) the subscription list.
+//! changes that fire events never read (or conflict on) the subscription list. Where one host
+//! has the database to itself, the fan-out may keep the outbox entry instead, for first attempts
+//! the engine makes from memory ([`FirstAttempts`]), and remove it once they are recorded.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -22,7 +24,9 @@ use crate::model::delivery::{
     TargetRef, attempt_key, delivery_key, expiry_key, expiry_ms_of, millis, test_event_key,
 };
 use crate::model::error::{Error, Result};
-use crate::model::event::{Cause, Event, OUTBOX_PREFIX, OutboxEntry, event_key};
+use crate::model::event::{
+    Cause, Event, OUTBOX_KEPT_MARK, OUTBOX_PREFIX, OutboxEntry, event_key, kept_mark_for,
+};
 use crate::model::ids::{AttemptId, StoreId};
 use crate::model::log::{InvocationRecord, invocation_key};
 use crate::model::work::Claim;
@@ -76,6 +80,50 @@ pub const FAN_OUT_DELIVERIES_PER_CALL: usize = 4 * FAN_OUT_DELIVERIES_PER_TX;
 /// deliveries takes a few milliseconds, on PostgreSQL a few tens.
 pub const FAN_OUT_TIME_PER_CALL: std::time::Duration = std::time::Duration::from_millis(5);
 
+/// The delivery engine's first attempts made from memory, where one host has the database to
+/// itself: a delivery the fan-out makes while there is [`FirstAttempts::room`] is written
+/// pending without a queue entry, and handed to the engine in memory ([`FirstAttempt`]); its
+/// event's outbox entry is kept (not removed by the fan-out) until the engine has recorded the
+/// first attempt of each such delivery, and then removed. A stop or a crash in between leaves
+/// the outbox entry, which is fanned out again ([`FirstAttempts::suspect`]): a delivery already
+/// made is not made again, and a pending one is queued then. Two writes of each delivery (its
+/// queue entry and that entry's removal) are saved; the API shows the delivery pending from its
+/// fan-out, as before.
+pub trait FirstAttempts {
+    /// Whether the outbox entry `key` is held: its deliveries' first attempts are in the engine's
+    /// hands, and the fan-out passes it over.
+    fn held(&self, key: &str) -> bool;
+    /// Whether the outbox entry `key` may have been fanned out before (kept for first attempts
+    /// that a stop, a crash or an error cut short): its targets' deliveries are looked for before
+    /// any is made.
+    fn suspect(&self, key: &str) -> bool;
+    /// How many deliveries may still be handed to the engine in memory.
+    fn room(&self) -> usize;
+    /// The held outbox entries all of whose deliveries are settled: the fan-out removes them,
+    /// in its next transaction.
+    fn take_done(&self) -> Vec<String>;
+    /// Entries of [`FirstAttempts::take_done`] removed (`removed`), or to try again.
+    fn removed(&self, keys: Vec<String>, removed: bool);
+    /// The mark stored under [`OUTBOX_KEPT_MARK`], at or after every outbox entry ever kept:
+    /// the transaction that keeps a later one raises it (a second ahead of that one, see
+    /// [`kept_mark_for`]), so that after a crash only the entries up to it are
+    /// [`FirstAttempts::suspect`].
+    fn kept_mark(&self) -> Option<String>;
+    /// The mark was raised to `key` (committed).
+    fn kept_up_to(&self, key: String);
+    /// Where the fan-out lists the outbox from: after this key (`None`: from the head). The held
+    /// entries pile up at the outbox's head, and reading past them on every call cost a deep
+    /// backlog more than the writes saved: the fan-out reads on from where it left off, and from
+    /// further back only where a commit (or a released entry) put an entry behind that.
+    fn listed_from(&self) -> Option<String>;
+    /// The next call lists the outbox after `key` (`None`: from the head).
+    fn list_next_after(&self, key: Option<String>);
+}
+
+/// A delivery handed to the engine in memory for its first attempt (see [`FirstAttempts`]): the
+/// key its queue entry would have, and the entry.
+pub type FirstAttempt = (String, DueEntry);
+
 /// What a call of [`fan_out`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FannedOut {
@@ -102,11 +150,35 @@ pub fn fan_out(
     service: &Service,
     now: Timestamp,
     limit: usize,
-    mut fanned_out: impl FnMut(Event),
+    first: Option<&dyn FirstAttempts>,
+    fanned_out: impl FnMut(Event, &str, Vec<FirstAttempt>),
+) -> Result<FannedOut> {
+    let mut done = first.map(FirstAttempts::take_done).unwrap_or_default();
+    let fanned = fan_out_listed(service, now, limit, first, &mut done, fanned_out);
+    if let Some(first) = first
+        && !done.is_empty()
+    {
+        // Not removed in a transaction of the call (it made none, or failed): in one of their own.
+        let removed = remove_outbox_entries(&service.db, &done);
+        first.removed(done, removed.is_ok());
+        removed?;
+    }
+    fanned
+}
+
+/// [`fan_out`], removing the outbox entries `done` in its first transaction (`done` is then
+/// empty).
+fn fan_out_listed(
+    service: &Service,
+    now: Timestamp,
+    limit: usize,
+    first: Option<&dyn FirstAttempts>,
+    done: &mut Vec<String>,
+    mut fanned_out: impl FnMut(Event, &str, Vec<FirstAttempt>),
 ) -> Result<FannedOut> {
     let db = &service.db;
-    let mut listed = db.list::<OutboxEntry>(OUTBOX_PREFIX, None, false, limit)?;
-    let full = listed.len() == limit;
+    let (mut listed, full) = list_outbox(db, limit, first)?;
+    let last_listed = listed.last().map(|(key, _)| key.clone()).filter(|_| full);
     // Hosts sharing the database list the same entries: each fans out the events of its own
     // stores, and another host's once they have waited (see `peers`); and within that each starts
     // each store's backlog at a part of its own, so that two hosts do not both fan out the same
@@ -130,20 +202,51 @@ pub fn fan_out(
     let (mut chunk, mut light): (Vec<Prepared>, Vec<Prepared>) = (Vec::new(), Vec::new());
     let (mut deliveries, mut made, mut made_light, mut taken) = (0, 0, 0, 0);
     // Commits the entries gathered in `chunk` (if any) in one transaction; returns how many.
+    let mut room = first.map(FirstAttempts::room);
     let mut commit = |chunk: &mut Vec<Prepared>| -> Result<usize> {
         let entries = chunk.len();
         if entries > 0 {
-            fan_out_chunk(service, now, std::mem::take(chunk), &mut fanned_out)?;
+            let suspect = |key: &str| first.is_some_and(|f| f.suspect(key));
+            let chunk = std::mem::take(chunk);
+            let mut remove = std::mem::take(done);
+            let mark = first.and_then(FirstAttempts::kept_mark);
+            let made = FanOutChunk {
+                service,
+                now,
+                suspect: &suspect,
+                remove: &remove,
+                mark: mark.as_deref(),
+            }
+            .run(chunk, &mut room, &mut fanned_out);
+            match made {
+                Ok(raised) => {
+                    if let Some(first) = first {
+                        if !remove.is_empty() {
+                            first.removed(std::mem::take(&mut remove), true);
+                        }
+                        if let Some(raised) = raised {
+                            first.kept_up_to(raised);
+                        }
+                    }
+                }
+                Err(e) => {
+                    *done = remove; // Left to the caller.
+                    return Err(e);
+                }
+            }
         }
         Ok(entries)
     };
     let started = std::time::Instant::now();
+    // The entry the call ended before (taken from the turns, left in the outbox).
+    let mut ended_before = None;
     while let Some((key, entry)) = turns.next() {
         let heavy = Progress {
             made,
             waiting: deliveries,
         };
         if call_ends(heavy, made_light, started.elapsed()) {
+            ended_before = Some(key);
             break;
         }
         let event: Option<Event> = db.read(&event_key(&entry.store_id, &entry.event_id))?;
@@ -182,6 +285,19 @@ pub fn fan_out(
     }
     commit(&mut light)?;
     commit(&mut chunk)?;
+    if let Some(first) = first {
+        // Every entry listed before the first one left is taken (held or removed): the next
+        // call reads from there, or on from the last one read when none was left.
+        let left = [ended_before.as_deref(), turns.first_left()];
+        match left.into_iter().flatten().min() {
+            Some(left) => first.list_next_after(Some(just_before(left).to_owned())),
+            None => {
+                if let Some(last) = last_listed {
+                    first.list_next_after(Some(last));
+                }
+            }
+        }
+    }
     Ok(FannedOut {
         entries: taken,
         // A full listing of other hosts' entries only is not more for this host: it waits for
@@ -189,6 +305,53 @@ pub fn fan_out(
         more: (full && count > 0) || taken < count,
     })
 }
+
+/// Up to `limit` outbox entries from the head, those `first` holds passed over (read as stored,
+/// not decoded, a page of up to [`HELD_PAGE`] at a time), and whether more may follow.
+fn list_outbox(
+    db: &Db,
+    limit: usize,
+    first: Option<&dyn FirstAttempts>,
+) -> Result<(Vec<(String, OutboxEntry)>, bool)> {
+    let Some(first) = first else {
+        let listed = db.list::<OutboxEntry>(OUTBOX_PREFIX, None, false, limit)?;
+        let full = listed.len() == limit;
+        return Ok((listed, full));
+    };
+    let mut listed = Vec::new();
+    let mut after = first.listed_from();
+    let mut page = limit;
+    loop {
+        let read = db.list_raw(OUTBOX_PREFIX, after.as_deref(), page)?;
+        let full = read.len() == page;
+        for (key, bytes) in read {
+            if listed.len() == limit {
+                return Ok((listed, true));
+            }
+            if !first.held(&key) {
+                let entry = Db::decode(&key, &bytes)?;
+                listed.push((key.clone(), entry));
+            }
+            after = Some(key);
+        }
+        if !full {
+            // Read to the end: the next call reads on from the last key (a commit behind it
+            // moves it back).
+            first.list_next_after(after);
+            return Ok((listed, false));
+        }
+        page = HELD_PAGE;
+    }
+}
+
+/// A position just before `key` (a listing after it reads `key`): the key less its last byte
+/// (outbox keys are ASCII).
+fn just_before(key: &str) -> &str {
+    key.get(..key.len().saturating_sub(1)).unwrap_or(key)
+}
+
+/// Outbox entries read at a time past the first page, where most are held (see [`list_outbox`]).
+const HELD_PAGE: usize = 2048;
 
 /// A call's heavy events: deliveries made in committed transactions, and those of the events
 /// read and waiting for theirs.
@@ -254,6 +417,14 @@ impl StoreTurns {
         entries.pop_front()
     }
 
+    /// The first entry left (in key order), if any.
+    fn first_left(&self) -> Option<&str> {
+        self.stores
+            .iter()
+            .flat_map(|(.., entries)| entries.iter().map(|(key, _)| key.as_str()))
+            .min()
+    }
+
     /// Charges `store` for an entry that makes `deliveries` deliveries (at least one: an event
     /// no target takes costs its transaction a read and a removal).
     fn charge(&mut self, store: &StoreId, deliveries: usize) {
@@ -264,83 +435,168 @@ impl StoreTurns {
 }
 
 /// One fan-out transaction: the entries of `chunk`, read and ready.
-fn fan_out_chunk(
-    service: &Service,
+struct FanOutChunk<'a> {
+    service: &'a Service,
     now: Timestamp,
-    chunk: Vec<Prepared>,
-    fanned_out: &mut impl FnMut(Event),
-) -> Result<()> {
-    let fanned = service.db.tx_relaxed(|tx| {
-        // What the entries below read, in one round trip where hosts share PostgreSQL.
-        let outbox = chunk.iter().map(|(key, ..)| key.clone());
-        let targets = chunk.iter().flat_map(|(_, entry, _, candidates)| {
-            candidates
-                .iter()
-                .map(|c| target::record_key(&entry.store_id, c))
-        });
-        tx.prefetch(outbox.chain(targets))?;
-        let mut read = target::TargetsRead::default();
-        chunk
-            .iter()
-            .map(|(key, entry, event, candidates)| {
-                fan_out_one(tx, &mut read, key, entry, event.as_ref(), candidates, now)
-            })
-            .collect::<Result<Vec<bool>>>()
-    })?;
-    for ((_, _, event, candidates), fanned) in chunk.into_iter().zip(fanned) {
-        if fanned && let Some(event) = event {
-            service.metrics.event_emitted(event.kind().as_str());
-            if !candidates.is_empty() {
-                fanned_out(event);
-            }
-        }
-    }
-    Ok(())
+    /// See [`FirstAttempts::suspect`].
+    suspect: &'a dyn Fn(&str) -> bool,
+    /// Outbox entries to remove besides (see [`FirstAttempts::take_done`]).
+    remove: &'a [String],
+    /// See [`FirstAttempts::kept_mark`].
+    mark: Option<&'a str>,
 }
 
-/// In the fan-out's transaction: turns one outbox entry into a delivery per target that still
-/// wants its event (of `candidates`), and removes it. Returns whether it did (false: another
-/// host took it first, or the event expired before it was fanned out).
-fn fan_out_one(
-    tx: &mut Tx<'_>,
-    read: &mut target::TargetsRead,
-    key: &str,
-    entry: &OutboxEntry,
-    event: Option<&Event>,
-    candidates: &[TargetRef],
+impl FanOutChunk<'_> {
+    /// Commits the transaction; hands each event fanned out to `fanned_out`, with the
+    /// deliveries handed over (while `room` lasts). Returns the mark, if raised.
+    fn run(
+        &self,
+        chunk: Vec<Prepared>,
+        room: &mut Option<usize>,
+        fanned_out: &mut impl FnMut(Event, &str, Vec<FirstAttempt>),
+    ) -> Result<Option<String>> {
+        let (service, now, suspect) = (self.service, self.now, self.suspect);
+        let (fanned, left, raised) = service.db.tx_relaxed(|tx| {
+            for key in self.remove {
+                tx.remove(key)?;
+            }
+            // What the entries below read, in one round trip where hosts share PostgreSQL.
+            let outbox = chunk.iter().map(|(key, ..)| key.clone());
+            let targets = chunk.iter().flat_map(|(_, entry, _, candidates)| {
+                candidates
+                    .iter()
+                    .map(|c| target::record_key(&entry.store_id, c))
+            });
+            tx.prefetch(outbox.chain(targets))?;
+            let mut read = target::TargetsRead::default();
+            // Counted afresh on each run of the closure (a conflict runs it again).
+            let mut left = *room;
+            let fanned = chunk
+                .iter()
+                .map(|(key, entry, event, candidates)| {
+                    let one = FanOut {
+                        key,
+                        entry,
+                        suspect: suspect(key),
+                        now,
+                    };
+                    one.run(tx, &mut read, event.as_ref(), candidates, &mut left)
+                })
+                .collect::<Result<Vec<Option<Vec<FirstAttempt>>>>>()?;
+            let kept = chunk
+                .iter()
+                .zip(&fanned)
+                .filter(|(_, first)| first.as_ref().is_some_and(|f| !f.is_empty()))
+                .map(|((key, ..), _)| key.as_str())
+                .max();
+            let raised = kept
+                .filter(|kept| self.mark.is_none_or(|mark| *kept > mark))
+                .map(kept_mark_for);
+            if let Some(raised) = &raised {
+                tx.write(OUTBOX_KEPT_MARK, raised)?;
+            }
+            Ok((fanned, left, raised))
+        })?;
+        *room = left;
+        for ((key, _, event, candidates), fanned) in chunk.into_iter().zip(fanned) {
+            if let Some(first) = fanned
+                && let Some(event) = event
+            {
+                service.metrics.event_emitted(event.kind().as_str());
+                if !candidates.is_empty() {
+                    fanned_out(event, &key, first);
+                }
+            }
+        }
+        Ok(raised)
+    }
+}
+
+/// One outbox entry in the fan-out's transaction (see [`FanOut::run`]).
+struct FanOut<'a> {
+    key: &'a str,
+    entry: &'a OutboxEntry,
+    /// Whether it may have been fanned out before (see [`FirstAttempts::suspect`]).
+    suspect: bool,
     now: Timestamp,
-) -> Result<bool> {
-    if tx.read::<OutboxEntry>(key)?.is_none() {
-        return Ok(false);
-    }
-    tx.remove(key)?;
-    let Some(event) = event else {
-        return Ok(false); // Expired before it was fanned out.
-    };
-    let mut targets = Vec::new();
-    for target in candidates {
-        if let TargetRef::Component(installation) = target
-            && !Cause::reaches_component(entry.cause.as_ref(), installation)
-        {
-            continue; // Loop protection: see `Cause`.
+}
+
+impl FanOut<'_> {
+    /// Turns the outbox entry into a delivery per target that still wants its event (of
+    /// `candidates`), each queued, or handed to the engine in memory while `room` lasts (`None`:
+    /// none is; see [`FirstAttempts`]). The entry is removed unless some delivery was handed
+    /// over. Returns those handed over, or `None` when it was not fanned out (another host took
+    /// it first, or the event expired before it was fanned out).
+    fn run(
+        &self,
+        tx: &mut Tx<'_>,
+        read: &mut target::TargetsRead,
+        event: Option<&Event>,
+        candidates: &[TargetRef],
+        room: &mut Option<usize>,
+    ) -> Result<Option<Vec<FirstAttempt>>> {
+        let (key, entry, now) = (self.key, self.entry, self.now);
+        if tx.read::<OutboxEntry>(key)?.is_none() {
+            return Ok(None);
         }
-        let Some(active) = read.wants(tx, &event.store.id, target, event)? else {
-            continue;
+        let Some(event) = event else {
+            tx.remove(key)?;
+            return Ok(None); // Expired before it was fanned out.
         };
-        let mut delivery = Delivery::new(event, target, now);
-        delivery.cause_depth = entry.cause.as_ref().map_or(0, |c| c.depth);
-        delivery.traceparent.clone_from(&entry.trace);
-        if active {
-            enqueue(tx, &mut delivery, now)?;
-        } else {
-            delivery.status = DeliveryStatus::Failed;
-            delivery.failure = Some("the subscription was paused".to_owned());
+        let mut targets = Vec::new();
+        let mut first = Vec::new();
+        for target in candidates {
+            if let TargetRef::Component(installation) = target
+                && !Cause::reaches_component(entry.cause.as_ref(), installation)
+            {
+                continue; // Loop protection: see `Cause`.
+            }
+            if self.suspect
+                && let Some(made) =
+                    tx.read::<Delivery>(&delivery_key(&event.store.id, target, &event.id))?
+            {
+                // Made by an earlier fan-out of the entry, whose first attempt was cut short
+                // (a pending delivery with an attempt recorded has its retry queued already;
+                // queuing it again writes the same entry).
+                if made.status == DeliveryStatus::Pending
+                    && let Some(at) = made.next_attempt_at
+                {
+                    tx.enqueue(&made.work(), at)?;
+                }
+                targets.push(target.clone());
+                continue;
+            }
+            let Some(active) = read.wants(tx, &event.store.id, target, event)? else {
+                continue;
+            };
+            let mut delivery = Delivery::new(event, target, now);
+            delivery.cause_depth = entry.cause.as_ref().map_or(0, |c| c.depth);
+            delivery.traceparent.clone_from(&entry.trace);
+            if !active {
+                delivery.status = DeliveryStatus::Failed;
+                delivery.failure = Some("the subscription was paused".to_owned());
+            } else if let Some(left) = room.as_mut().filter(|left| **left > 0) {
+                *left -= 1;
+                delivery.next_attempt_at = Some(now);
+                first.push((delivery.due_key(now), delivery.due_entry()));
+            } else {
+                enqueue(tx, &mut delivery, now)?;
+            }
+            tx.write(&delivery.key(), &delivery)?;
+            targets.push(target.clone());
         }
-        tx.write(&delivery.key(), &delivery)?;
-        targets.push(target.clone());
+        if first.is_empty() {
+            tx.remove(key)?;
+        }
+        write_expiry(tx, event, targets, false)?;
+        Ok(Some(first))
     }
-    write_expiry(tx, event, targets, false)?;
-    Ok(true)
+}
+
+/// Removes the outbox entries whose deliveries' first attempts, made from memory, are all
+/// recorded (see [`FirstAttempts`]).
+pub fn remove_outbox_entries(db: &Db, keys: &[String]) -> Result<()> {
+    db.tx_relaxed(|tx| keys.iter().try_for_each(|key| tx.remove(key)))
 }
 
 /// The work queue at `now`, for the metrics: how many entries are due (in flight included),
@@ -471,10 +727,8 @@ impl Service {
         entry: &DueEntry,
         outcome: &Outcome,
     ) -> Result<Option<Paused>> {
-        let now = self.now();
-        let route = self.mail_route;
-        self.db
-            .tx_relaxed(|tx| record_attempt(tx, due_key, entry, outcome, now, route))
+        self.record_attempts(&[((due_key, true), entry, outcome)])
+            .map(|mut paused| paused.pop().flatten())
     }
 }
 
@@ -482,9 +736,12 @@ impl Service {
     /// Records a batch of attempts in one transaction, as [`Service::record_attempt`] does each
     /// (the engine's group commit: every attempt that finished while the last batch was being
     /// written goes into the next). Returns what each paused, in order.
+    ///
+    /// Each attempt comes with its queue entry's key and whether that entry was written (`false`:
+    /// a first attempt made from memory, see [`FirstAttempts`]).
     pub fn record_attempts(
         &self,
-        batch: &[(&str, &DueEntry, &Outcome)],
+        batch: &[((&str, bool), &DueEntry, &Outcome)],
     ) -> Result<Vec<Option<Paused>>> {
         let now = self.now();
         let route = self.mail_route;
@@ -496,8 +753,8 @@ impl Service {
             )?;
             batch
                 .iter()
-                .map(|(due_key, entry, outcome)| {
-                    record_attempt(tx, due_key, entry, outcome, now, route)
+                .map(|(due, entry, outcome)| {
+                    record_attempt_of(tx, *due, entry, outcome, now, route)
                 })
                 .collect()
         })
@@ -512,6 +769,19 @@ impl Service {
 pub fn record_attempt(
     tx: &mut Tx<'_>,
     due_key: &str,
+    entry: &DueEntry,
+    outcome: &Outcome,
+    now: Timestamp,
+    route: MailRoute,
+) -> Result<Option<Paused>> {
+    record_attempt_of(tx, (due_key, true), entry, outcome, now, route)
+}
+
+/// [`record_attempt`] of an attempt whose queue entry is `due_key` (`queued`), or would be (a
+/// first attempt made from memory, see [`FirstAttempts`], whose entry was never written).
+fn record_attempt_of(
+    tx: &mut Tx<'_>,
+    (due_key, queued): (&str, bool),
     entry: &DueEntry,
     outcome: &Outcome,
     now: Timestamp,
@@ -553,7 +823,9 @@ pub fn record_attempt(
     // A replay or a purge may have moved the delivery while the attempt ran: only the attempt
     // its queue entry still names moves it on.
     if is_current(&d, due_key) {
-        tx.remove(due_key)?;
+        if queued {
+            tx.remove(due_key)?;
+        }
         d.next_attempt_at = None;
         if outcome.succeeded {
             d.status = DeliveryStatus::Succeeded;
@@ -722,7 +994,7 @@ pub(crate) mod tests {
     }
 
     /// Publishes the plugin `name`, whose manifest has `hooks` webhooks taking `order.paid`.
-    fn publish_paid_hooks(service: &Service, name: &str, hooks: usize) {
+    pub(crate) fn publish_paid_hooks(service: &Service, name: &str, hooks: usize) {
         let webhooks: Vec<_> = (0..hooks)
             .map(|n| {
                 serde_json::json!({"url": format!("https://1.1.1.1/paid/{n}"),
@@ -740,7 +1012,7 @@ pub(crate) mod tests {
     }
 
     /// An `order.paid` event committed to `store`.
-    fn paid(service: &Service, store: &crate::model::store::Store, n: usize) -> Event {
+    pub(crate) fn paid(service: &Service, store: &crate::model::store::Store, n: usize) -> Event {
         use crate::model::event::data::{OrderPaid, PaidOrder};
         let data = OrderPaid {
             order: PaidOrder {
@@ -820,7 +1092,10 @@ pub(crate) mod tests {
     fn fan_out_all(service: &Service, mut fanned_out: impl FnMut(Event)) -> usize {
         let mut taken = 0;
         loop {
-            let fanned = fan_out(service, service.now(), 256, &mut fanned_out).expect("fan out");
+            let fanned = fan_out(service, service.now(), 256, None, |event, _, _| {
+                fanned_out(event)
+            })
+            .expect("fan out");
             taken += fanned.entries;
             if !fanned.more {
                 return taken;
@@ -958,7 +1233,7 @@ pub(crate) mod tests {
         let (service, clock, dir) = with_hooked_plugin();
         let store = service.create_store("acme.example").expect("store");
         service.install(&store.id, "hooked").expect("install");
-        fan_out(&service, service.now(), 10, drop).expect("fan out");
+        fan_out(&service, service.now(), 10, None, |_, _, _| {}).expect("fan out");
         (service, clock, dir)
     }
 
@@ -1059,7 +1334,7 @@ pub(crate) mod tests {
         // The same delivery twice in one batch: the first attempt moves it on (succeeded), the
         // second is recorded in the log but no longer current.
         let paused = service
-            .record_attempts(&[(&key, &entry, &ok), (&key, &entry, &failed)])
+            .record_attempts(&[((&key, true), &entry, &ok), ((&key, true), &entry, &failed)])
             .expect("record");
         assert_eq!(paused.len(), 2);
         let delivery: Delivery = service

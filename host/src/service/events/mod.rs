@@ -66,8 +66,9 @@ impl Tx<'_> {
     ) -> Result<Event> {
         let event = Event::new(store, data, now);
         self.write(&event_key(&store.id, &event.id), &event)?;
+        let outbox = outbox_key(&event.id);
         self.write(
-            &outbox_key(&event.id),
+            &outbox,
             &OutboxEntry {
                 store_id: store.id.clone(),
                 event_id: event.id.clone(),
@@ -75,7 +76,7 @@ impl Tx<'_> {
                 trace: event_trace(&event),
             },
         )?;
-        self.wake_fan_out();
+        self.wake_fan_out(&outbox);
         Ok(event)
     }
 }
