@@ -340,6 +340,9 @@ fn list_outbox(
             first.list_next_after(after);
             return Ok((listed, false));
         }
+        if listed.len() == limit {
+            return Ok((listed, true));
+        }
         page = HELD_PAGE;
     }
 }
