@@ -72,12 +72,14 @@ struct State {
 impl First {
     /// The state for an engine starting on `db`.
     pub fn new(db: &Db) -> Result<Self> {
-        let enabled = !db.is_shared();
-        let at_start = if enabled {
-            db.read::<String>(OUTBOX_KEPT_MARK)?
-        } else {
-            None
-        };
+        Self::with(db, !db.is_shared())
+    }
+
+    /// The state on `db`, handing deliveries over or not (`enabled`). Where none are, the
+    /// entries kept before (a host that ran on sled, its storage moved to PostgreSQL with
+    /// `export` and `import`) are still fanned out with a look for what they made.
+    fn with(db: &Db, enabled: bool) -> Result<Self> {
+        let at_start = db.read::<String>(OUTBOX_KEPT_MARK)?;
         Ok(Self {
             max_given: MAX_GIVEN,
             enabled,
@@ -93,9 +95,9 @@ impl First {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// What the fan-out asks (`None`: nothing is handed over).
+    /// What the fan-out asks.
     pub fn attempts(&self) -> Option<&dyn FirstAttempts> {
-        self.enabled.then_some(self as &dyn FirstAttempts)
+        Some(self as &dyn FirstAttempts)
     }
 
     /// Makes the next listing of the outbox read the entry `key`, wherever the last one left
@@ -229,6 +231,9 @@ impl FirstAttempts for First {
     }
 
     fn room(&self) -> usize {
+        if !self.enabled {
+            return 0;
+        }
         self.max_given.saturating_sub(self.state().given.len())
     }
 
@@ -244,6 +249,11 @@ impl FirstAttempts for First {
     }
 
     fn listed_from(&self) -> Option<String> {
+        if !self.enabled {
+            // From the head: where hosts share the database, another host's entries a call
+            // passes over (see `peers`) lie behind any position.
+            return None;
+        }
         let mut listing = self.listing.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(back) = listing.back_to.take()
             && before(back.as_deref(), listing.cursor.as_deref())
@@ -448,6 +458,29 @@ mod tests {
             outbox(&service),
             1,
             "the new event's entry kept, the first one's removed"
+        );
+    }
+
+    #[test]
+    fn a_host_that_hands_nothing_over_still_queues_what_a_kept_entry_left_pending() {
+        let (service, store, _dir) = store_with_three_hooks();
+        let before = First::new(&service.db).expect("first");
+        paid(&service, &store, 1);
+        fan_out_with(&service, &before);
+        assert_eq!(before.take_inbox().len(), 3);
+        drop(before); // A crash; then the storage moved where hosts share it.
+        let shared = First::with(&service.db, false).expect("first");
+        assert_eq!(fan_out_with(&service, &shared), 1);
+        assert!(shared.take_inbox().is_empty(), "nothing handed over");
+        assert_eq!(queued(&service).len(), 3, "each pending delivery queued");
+        assert_eq!(deliveries(&service, &store).len(), 3, "none made again");
+        assert_eq!(outbox(&service), 0);
+        paid(&service, &store, 2);
+        assert_eq!(fan_out_with(&service, &shared), 1);
+        assert_eq!(
+            queued(&service).len(),
+            6,
+            "a new event's deliveries queued as before"
         );
     }
 
