@@ -2,7 +2,9 @@
 //! [`queue::FirstAttempts`]): the fan-out hands each new delivery to the engine here instead of
 //! writing its queue entry, while [`MAX_GIVEN`] allow, and keeps its event's outbox entry; the
 //! engine settles each delivery once its first attempt is recorded (or it needs none), and the
-//! outbox entry is removed once all of its deliveries are settled.
+//! outbox entry is removed once all of its deliveries are settled. Where hosts share the
+//! database nothing is handed over, and only the entries an earlier sled host kept are looked
+//! at as below.
 //!
 //! What a stop, a crash or an error leaves is found from the outbox: an entry that may have been
 //! kept when the engine started (up to the mark the fan-out keeps, [`FirstAttempts::kept_mark`]),
@@ -130,14 +132,15 @@ impl First {
                 Ok((lane, key, serde_json::to_vec(&Work::Delivery(entry))?))
             })
             .collect::<Result<Vec<_>>>();
-        let mut state = self.state();
         let encoded = match encoded {
             Ok(encoded) => encoded,
             Err(e) => {
-                state.released.insert(outbox.to_owned());
+                self.state().released.insert(outbox.to_owned());
+                self.list_from(outbox);
                 return Err(e);
             }
         };
+        let mut state = self.state();
         state.held.insert(outbox.to_owned(), encoded.len());
         state.released.remove(outbox);
         for (lane, key, bytes) in encoded {
