@@ -19,8 +19,8 @@ use crate::model::error::Result;
 use crate::model::event::OUTBOX_KEPT_MARK;
 use crate::model::work::{Work, WorkKind, due_ms_of};
 use crate::service::deliveries::queue::{self, FirstAttempt, FirstAttempts};
-use crate::storage::Db;
 use crate::storage::queue::Signal;
+use crate::storage::{Db, just_before};
 
 /// Deliveries handed over at most, not yet settled: past it the fan-out queues them.
 pub const MAX_GIVEN: usize = 16_384;
@@ -105,7 +105,7 @@ impl First {
     /// Makes the next listing of the outbox read the entry `key`, wherever the last one left
     /// off (`""`: from the head).
     pub fn list_from(&self, key: &str) {
-        let at = (!key.is_empty()).then(|| key.get(..key.len() - 1).unwrap_or(key).to_owned());
+        let at = (!key.is_empty()).then(|| just_before(key).to_owned());
         let mut listing = self.listing.lock().unwrap_or_else(|e| e.into_inner());
         let earlier = match &listing.back_to {
             None => true,
@@ -464,20 +464,37 @@ mod tests {
         );
     }
 
+    /// An `order.paid` event fanned out with `first`: its three deliveries, handed over.
+    fn kept_event(
+        service: &Service,
+        store: &crate::model::store::Store,
+        first: &First,
+    ) -> Vec<(WorkKind, String, Vec<u8>)> {
+        paid(service, store, 1);
+        fan_out_with(service, first);
+        let given = first.take_inbox();
+        assert_eq!(given.len(), 3, "each delivery handed over");
+        given
+    }
+
+    /// The kept event's entry fanned out again with `first`: its three deliveries queued, none
+    /// made again, the entry removed.
+    fn assert_queued_again(service: &Service, store: &crate::model::store::Store, first: &First) {
+        assert_eq!(fan_out_with(service, first), 1, "taken again");
+        assert!(first.take_inbox().is_empty(), "nothing handed over");
+        assert_eq!(queued(service).len(), 3, "each pending delivery queued");
+        assert_eq!(deliveries(service, store).len(), 3, "none made again");
+        assert_eq!(outbox(service), 0);
+    }
+
     #[test]
     fn a_host_that_hands_nothing_over_still_queues_what_a_kept_entry_left_pending() {
         let (service, store, _dir) = store_with_three_hooks();
         let before = First::new(&service.db).expect("first");
-        paid(&service, &store, 1);
-        fan_out_with(&service, &before);
-        assert_eq!(before.take_inbox().len(), 3);
+        kept_event(&service, &store, &before);
         drop(before); // A crash; then the storage moved where hosts share it.
         let shared = First::with(&service.db, false).expect("first");
-        assert_eq!(fan_out_with(&service, &shared), 1);
-        assert!(shared.take_inbox().is_empty(), "nothing handed over");
-        assert_eq!(queued(&service).len(), 3, "each pending delivery queued");
-        assert_eq!(deliveries(&service, &store).len(), 3, "none made again");
-        assert_eq!(outbox(&service), 0);
+        assert_queued_again(&service, &store, &shared);
         paid(&service, &store, 2);
         assert_eq!(fan_out_with(&service, &shared), 1);
         assert_eq!(
@@ -491,15 +508,9 @@ mod tests {
     fn a_released_entry_is_fanned_out_again_and_queues_what_is_pending() {
         let (service, store, _dir) = store_with_three_hooks();
         let first = First::new(&service.db).expect("first");
-        paid(&service, &store, 1);
-        fan_out_with(&service, &first);
-        let given = first.take_inbox();
+        let given = kept_event(&service, &store, &first);
         first.settle(&given[0].1, false); // An error: the whole entry is released.
-        assert_eq!(fan_out_with(&service, &first), 1, "taken again");
-        assert_eq!(queued(&service).len(), 3, "each pending delivery queued");
-        assert_eq!(deliveries(&service, &store).len(), 3, "none made again");
-        assert_eq!(outbox(&service), 0);
-        assert!(first.take_inbox().is_empty());
+        assert_queued_again(&service, &store, &first);
         for (_, key, _) in &given[1..] {
             first.settle(key, true); // Settled in vain: the entry is gone.
         }

@@ -52,6 +52,7 @@ use crate::service::deliveries::peers;
 use crate::service::deliveries::queue::{self, Claimed};
 use crate::service::deliveries::target::{self, Paused, Target, TargetState};
 use crate::service::events::with_cause;
+use crate::storage::just_before;
 
 pub use self::fair::MAX_IN_FLIGHT_PER_TARGET;
 
@@ -515,12 +516,6 @@ async fn fan_out(shared: Arc<Shared>, poll: Duration, mut stopped: watch::Receiv
             _ = stopped.changed() => {}
         }
     }
-}
-
-/// A position in a lane just before `key` (a scan after it reads `key`): the key less its last
-/// byte (queue keys are ASCII).
-fn just_before(key: &str) -> &str {
-    key.get(..key.len().saturating_sub(1)).unwrap_or(key)
 }
 
 /// What a delivery's queue entry key (`work/{kind}/{due}/{store}/{target}/…`) names: its pool,

@@ -842,6 +842,13 @@ impl Tx<'_> {
     }
 }
 
+/// A position just before `key` for a scan that reads on after a key ([`Db::list_raw`]'s
+/// `after`): the key less its last byte (the keys of the queue and the outbox are ASCII), so that
+/// the scan reads `key` itself.
+pub fn just_before(key: &str) -> &str {
+    key.get(..key.len().saturating_sub(1)).unwrap_or(key)
+}
+
 fn decode<T: DeserializeOwned>(key: &str, bytes: &[u8]) -> Result<T> {
     serde_json::from_slice(bytes).map_err(|e| {
         Error::Internal(anyhow::Error::new(e).context(format!("decoding the record at {key}")))

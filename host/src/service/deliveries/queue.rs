@@ -32,7 +32,7 @@ use crate::model::log::{InvocationRecord, invocation_key};
 use crate::model::work::Claim;
 use crate::service::Service;
 use crate::service::mail::{MailRoute, queue_mail};
-use crate::storage::{Db, Tx};
+use crate::storage::{Db, Tx, just_before};
 
 fn later(at: Timestamp, by: SignedDuration) -> Result<Timestamp> {
     at.checked_add(by)
@@ -345,12 +345,6 @@ fn list_outbox(
         }
         page = HELD_PAGE;
     }
-}
-
-/// A position just before `key` (a listing after it reads `key`): the key less its last byte
-/// (outbox keys are ASCII).
-fn just_before(key: &str) -> &str {
-    key.get(..key.len().saturating_sub(1)).unwrap_or(key)
 }
 
 /// Outbox entries read at a time past the first page, where most are held (see [`list_outbox`]).
