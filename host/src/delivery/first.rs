@@ -295,6 +295,7 @@ impl FirstAttempts for First {
 mod tests {
     use super::*;
     use crate::model::delivery::{Delivery, DeliveryStatus, Outcome, attempts_prefix};
+    use crate::model::event::Event;
     use crate::model::event::{OUTBOX_PREFIX, OutboxEntry};
     use crate::service::Service;
     use crate::service::deliveries::queue::fan_out;
@@ -316,19 +317,15 @@ mod tests {
         (service, store, dir)
     }
 
-    /// One fan-out call with `first`, its deliveries handed over; returns the entries taken.
+    /// One fan-out call with `first`, its deliveries handed over.
+    fn fan_out_call(service: &Service, first: &First) -> queue::FannedOut {
+        let given = |_: Event, key: &str, given| first.give(key, given).expect("give");
+        fan_out(service, service.now(), 256, first.attempts(), given).expect("fan out")
+    }
+
+    /// [`fan_out_call`]; returns the entries taken.
     fn fan_out_with(service: &Service, first: &First) -> usize {
-        let fanned = fan_out(
-            service,
-            service.now(),
-            256,
-            first.attempts(),
-            |_, key, given| {
-                first.give(key, given).expect("give");
-            },
-        )
-        .expect("fan out");
-        fanned.entries
+        fan_out_call(service, first).entries
     }
 
     fn outbox(service: &Service) -> usize {
@@ -559,16 +556,7 @@ mod tests {
         let first = First::new(&service.db).expect("first");
         let mut calls = Vec::new();
         loop {
-            let fanned = fan_out(
-                &service,
-                service.now(),
-                256,
-                first.attempts(),
-                |_, key, given| {
-                    first.give(key, given).expect("give");
-                },
-            )
-            .expect("fan out");
+            let fanned = fan_out_call(&service, &first);
             calls.push(fanned.entries);
             if !fanned.more {
                 break;
