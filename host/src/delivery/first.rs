@@ -1,29 +1,38 @@
 //! First attempts made from memory, where one host has the database to itself (see
 //! [`queue::FirstAttempts`]): the fan-out hands each new delivery to the engine here instead of
-//! writing its queue entry, while [`MAX_GIVEN`] allow, and keeps its event's outbox entry; the
-//! engine settles each delivery once its first attempt is recorded (or it needs none), and the
+//! writing it and its queue entry, while [`MAX_GIVEN`] allow, and keeps its event's outbox
+//! entry; the delivery is written once, with its first attempt, when the engine records that (or
+//! pending, [`queue::write_pending`], once it has waited [`WRITE_PENDING_AFTER`] for it), and the
 //! outbox entry is removed once all of its deliveries are settled. Where hosts share the
 //! database nothing is handed over, and only the entries an earlier sled host kept are looked
 //! at as below.
 //!
 //! What a stop, a crash or an error leaves is found from the outbox: an entry that may have been
 //! kept when the engine started (up to the mark the fan-out keeps, [`FirstAttempts::kept_mark`]),
-//! or released after an error, is fanned out again, finding the deliveries it made and queuing
-//! those still pending ([`FirstAttempts::suspect`]).
+//! or released after an error (its deliveries not yet written are written pending first), is
+//! fanned out again, finding the deliveries it made and queuing those still pending, and making
+//! those never written ([`FirstAttempts::suspect`]).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
-use crate::model::delivery::TargetRef;
+use jiff::Timestamp;
+
+use crate::model::delivery::{Delivery, TargetRef, millis};
 use crate::model::error::Result;
 use crate::model::event::OUTBOX_KEPT_MARK;
-use crate::model::work::{Work, WorkKind, due_ms_of};
+use crate::model::work::{WorkKind, due_ms_of};
 use crate::service::deliveries::queue::{self, FirstAttempt, FirstAttempts};
 use crate::storage::queue::Signal;
 use crate::storage::{Db, just_before};
 
 /// Deliveries handed over at most, not yet settled: past it the fan-out queues them.
 pub const MAX_GIVEN: usize = 16_384;
+
+/// How long a delivery handed over waits for its first attempt to be recorded before it is
+/// written pending (by the host's clock, from its fan-out): the API shows it from then on, and a
+/// replay or a resend finds it. Most are recorded within milliseconds, and written only then.
+pub const WRITE_PENDING_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The engine's first attempts from memory.
 #[derive(Debug)]
@@ -60,8 +69,17 @@ struct State {
     /// Each kept outbox entry, with how many of its deliveries are not settled yet (0: all are,
     /// and its removal is under way).
     held: HashMap<String, usize>,
-    /// Each delivery handed over (the key its queue entry would have), with its outbox entry.
-    given: HashMap<String, String>,
+    /// Each delivery handed over, by the key its queue entry would have.
+    given: HashMap<String, Given>,
+    /// The deliveries handed over, in the order they were (the due ms in their keys, and the
+    /// keys): each still given once it has waited [`WRITE_PENDING_AFTER`] is written pending.
+    waiting: VecDeque<(u64, String)>,
+    /// Held entries an error cut short: their deliveries not yet written are written pending
+    /// ([`First::write_pending`]), and then they are released.
+    releasing: Vec<String>,
+    /// Deliveries an error cut short, not yet written: written pending with their entry's
+    /// others (see `releasing`).
+    cut_short: Vec<Arc<Delivery>>,
     /// Entries released after an error: fanned out again as at a start.
     released: HashSet<String>,
     /// Deliveries handed over and not yet taken into the engine's lanes: the lane, the key and
@@ -69,6 +87,17 @@ struct State {
     inbox: Vec<(WorkKind, String, Vec<u8>)>,
     /// Outbox entries all of whose deliveries are settled, to remove.
     done: Vec<String>,
+}
+
+/// A delivery handed over.
+#[derive(Debug)]
+struct Given {
+    /// Its event's outbox entry.
+    outbox: String,
+    /// The delivery as made.
+    delivery: Arc<Delivery>,
+    /// Whether it is written (pending), or being written.
+    written: bool,
 }
 
 impl First {
@@ -117,19 +146,20 @@ impl First {
     }
 
     /// Takes the deliveries of the outbox entry `outbox` that the fan-out handed over. On an
-    /// error none is taken, and the entry is released to be fanned out again (which queues them).
+    /// error none is taken, and the entry is released to be fanned out again (which makes them).
     pub fn give(&self, outbox: &str, given: Vec<FirstAttempt>) -> Result<()> {
         if given.is_empty() {
             return Ok(());
         }
         let encoded = given
             .into_iter()
-            .map(|(key, entry)| {
-                let lane = match entry.target {
+            .map(|(key, delivery)| {
+                let lane = match delivery.target {
                     TargetRef::Webhook(_) => WorkKind::Webhook,
                     TargetRef::Component(_) => WorkKind::Component,
                 };
-                Ok((lane, key, serde_json::to_vec(&Work::Delivery(entry))?))
+                let work = serde_json::to_vec(&delivery.work())?;
+                Ok((lane, key, work, delivery))
             })
             .collect::<Result<Vec<_>>>();
         let encoded = match encoded {
@@ -143,10 +173,92 @@ impl First {
         let mut state = self.state();
         state.held.insert(outbox.to_owned(), encoded.len());
         state.released.remove(outbox);
-        for (lane, key, bytes) in encoded {
-            self.signal.hold(due_ms_of(&key).unwrap_or(0));
-            state.given.insert(key.clone(), outbox.to_owned());
+        for (lane, key, bytes, delivery) in encoded {
+            let due = due_ms_of(&key).unwrap_or(0);
+            self.signal.hold(due);
+            let given = Given {
+                outbox: outbox.to_owned(),
+                delivery: Arc::new(delivery),
+                written: false,
+            };
+            state.given.insert(key.clone(), given);
+            state.waiting.push_back((due, key.clone()));
             state.inbox.push((lane, key, bytes));
+        }
+        if state.waiting.len() > 4 * self.max_given.max(1) {
+            // Settled long ago, their time not yet come (a clock that stands still): let go.
+            let State { waiting, given, .. } = &mut *state;
+            waiting.retain(|(_, key)| given.contains_key(key));
+        }
+        Ok(())
+    }
+
+    /// Writes pending the deliveries handed over that have waited [`WRITE_PENDING_AFTER`] at
+    /// `now`, and those not yet written of entries an error cut short, which are then released
+    /// to the fan-out (see [`First::settle`]). The engine's fan-out runs it before each call.
+    pub fn write_pending(&self, db: &Db, now: Timestamp) -> Result<()> {
+        let waited = u64::try_from(WRITE_PENDING_AFTER.as_millis()).unwrap_or(u64::MAX);
+        let until = millis(now).saturating_sub(waited);
+        let (writing, settled, releasing) = {
+            let mut state = self.state();
+            let State {
+                waiting,
+                given,
+                releasing,
+                cut_short,
+                ..
+            } = &mut *state;
+            let mut writing = Vec::new();
+            while let Some((due, key)) = waiting.front() {
+                if *due > until {
+                    break;
+                }
+                if let Some(given) = given.get_mut(key).filter(|g| !g.written) {
+                    given.written = true;
+                    writing.push((key.clone(), given.delivery.clone()));
+                }
+                waiting.pop_front();
+            }
+            if !releasing.is_empty() {
+                for (key, given) in given.iter_mut() {
+                    if !given.written && releasing.contains(&given.outbox) {
+                        given.written = true;
+                        writing.push((key.clone(), given.delivery.clone()));
+                    }
+                }
+            }
+            (
+                writing,
+                std::mem::take(cut_short),
+                std::mem::take(releasing),
+            )
+        };
+        let deliveries: Vec<&Delivery> = writing
+            .iter()
+            .map(|(_, d)| &**d)
+            .chain(settled.iter().map(|d| &**d))
+            .collect();
+        if !deliveries.is_empty()
+            && let Err(e) = queue::write_pending(db, &deliveries)
+        {
+            // Tried again on the next call.
+            let mut state = self.state();
+            for (key, _) in writing.into_iter().rev() {
+                if let Some(given) = state.given.get_mut(&key) {
+                    given.written = false;
+                    state.waiting.push_front((0, key));
+                }
+            }
+            state.cut_short.extend(settled);
+            state.releasing.extend(releasing);
+            return Err(e);
+        }
+        for outbox in releasing {
+            let mut state = self.state();
+            state.held.remove(&outbox);
+            state.released.insert(outbox.clone());
+            drop(state);
+            self.list_from(&outbox);
         }
         Ok(())
     }
@@ -168,38 +280,46 @@ impl First {
         std::mem::take(&mut self.state().inbox)
     }
 
-    /// Whether the queue key `key` is a delivery handed over (its entry was never written).
-    pub fn is_given(&self, key: &str) -> bool {
-        self.enabled && self.state().given.contains_key(key)
+    /// The delivery handed over as `key`, as it was made (`None`: it was queued).
+    pub fn made(&self, key: &str) -> Option<Arc<Delivery>> {
+        if !self.enabled {
+            return None;
+        }
+        self.state().given.get(key).map(|g| g.delivery.clone())
     }
 
     /// Settles the delivery handed over as `key` (no other: a queued one is not in here): its
     /// first attempt is recorded, or it needs none (`ok`); or an error cut it short (`!ok`),
-    /// and its outbox entry is released to be fanned out again (which queues it).
+    /// and its outbox entry is released to be fanned out again (which queues it), once its
+    /// deliveries not yet written are written pending ([`First::write_pending`]).
     pub fn settle(&self, key: &str, ok: bool) {
         if !self.enabled {
             return;
         }
         let mut state = self.state();
-        let Some(outbox) = state.given.remove(key) else {
+        let Some(given) = state.given.remove(key) else {
             return;
         };
         self.signal.release(due_ms_of(key).unwrap_or(0));
+        let outbox = given.outbox;
+        if !state.held.contains_key(&outbox) || state.releasing.contains(&outbox) {
+            return; // Released meanwhile, or being released.
+        }
         if !ok {
             // Released whole: the fan-out finds the deliveries settled meanwhile made and their
-            // attempts recorded; those still in flight are settled in vain.
-            state.held.remove(&outbox);
-            drop(state);
-            self.list_from(&outbox);
-            self.state().released.insert(outbox);
+            // attempts recorded; those still in flight are settled in vain. This one is written
+            // pending with the others not yet written, first.
+            if !given.written {
+                state.cut_short.push(given.delivery);
+            }
+            state.releasing.push(outbox);
             return;
         }
-        let Some(left) = state.held.get_mut(&outbox) else {
-            return; // Released meanwhile.
-        };
-        *left = left.saturating_sub(1);
-        if *left == 0 {
-            state.done.push(outbox);
+        if let Some(left) = state.held.get_mut(&outbox) {
+            *left = left.saturating_sub(1);
+            if *left == 0 {
+                state.done.push(outbox);
+            }
         }
     }
 }
@@ -294,7 +414,8 @@ impl FirstAttempts for First {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::delivery::{Delivery, DeliveryStatus, Outcome, attempts_prefix};
+    use crate::model::clock::ManualClock;
+    use crate::model::delivery::{DeliveryStatus, Outcome, attempts_prefix};
     use crate::model::event::Event;
     use crate::model::event::{OUTBOX_PREFIX, OutboxEntry};
     use crate::service::Service;
@@ -305,7 +426,18 @@ mod tests {
     /// A store whose plugin has three webhooks taking `order.paid`, with its install fanned
     /// out (no first attempts from memory).
     fn store_with_three_hooks() -> (Service, crate::model::store::Store, tempfile::TempDir) {
-        let (service, _clock, dir) = with_hooked_plugin();
+        let (service, store, _clock, dir) = store_and_clock_with_three_hooks();
+        (service, store, dir)
+    }
+
+    /// [`store_with_three_hooks`], with its clock.
+    fn store_and_clock_with_three_hooks() -> (
+        Service,
+        crate::model::store::Store,
+        ManualClock,
+        tempfile::TempDir,
+    ) {
+        let (service, clock, dir) = with_hooked_plugin();
         publish_paid_hooks(&service, "three", 3);
         let store = service.create_store("three.example").expect("store");
         service.install(&store.id, "three").expect("install");
@@ -314,7 +446,7 @@ mod tests {
         for (key, _) in queued {
             service.db.tx_relaxed(|tx| tx.remove(&key)).expect("clear");
         }
-        (service, store, dir)
+        (service, store, clock, dir)
     }
 
     /// One fan-out call with `first`, its deliveries handed over.
@@ -354,13 +486,15 @@ mod tests {
             .collect()
     }
 
-    /// Records the first attempt of the delivery handed over as `key`, succeeded.
-    fn record_ok(service: &Service, key: &str, entry: &crate::model::delivery::DueEntry) {
+    /// Records the first attempt of the delivery handed over to `first` as `key`, succeeded.
+    fn record_ok(service: &Service, first: &First, key: &str) {
         let mut outcome = Outcome::unsent(service.now(), String::new());
         outcome.succeeded = true;
         outcome.status_code = Some(200);
+        let made = first.made(key).expect("handed over");
+        let entry = made.due_entry();
         service
-            .record_attempts(&[((key, false), entry, &outcome)])
+            .record_attempts(&[((key, Some(&*made)), &entry, &outcome)])
             .expect("record");
     }
 
@@ -373,31 +507,31 @@ mod tests {
         let given = first.take_inbox();
         assert_eq!(given.len(), 3, "each delivery handed over");
         assert!(queued(&service).is_empty(), "no queue entry written");
-        let made = deliveries(&service, &store);
-        assert_eq!(made.len(), 3, "each delivery written");
-        for d in &made {
+        assert!(deliveries(&service, &store).is_empty(), "nor any delivery");
+        let made: Vec<_> = given
+            .iter()
+            .map(|(_, key, _)| first.made(key).expect("made"))
+            .collect();
+        for (d, (_, key, _)) in made.iter().zip(&given) {
             assert_eq!(d.status, DeliveryStatus::Pending);
-            assert_eq!(
-                d.next_attempt_at,
-                Some(service.now()),
-                "due now, as the API shows"
-            );
-            assert!(
-                given
-                    .iter()
-                    .any(|(_, key, _)| *key == d.due_key(service.now()))
-            );
+            assert_eq!(d.next_attempt_at, Some(service.now()), "due now");
+            assert_eq!(*key, d.due_key(service.now()));
         }
         assert_eq!(outbox(&service), 1, "the outbox entry is kept");
         assert_eq!(fan_out_with(&service, &first), 0, "and passed over");
 
-        for (_, key, bytes) in &given[..2] {
-            let Work::Delivery(entry) = crate::storage::Db::decode(key, bytes).expect("work")
-            else {
-                panic!("a delivery");
-            };
-            record_ok(&service, key, &entry);
+        for (_, key, _) in &given[..2] {
+            record_ok(&service, &first, key);
             first.settle(key, true);
+        }
+        // Each written once, with its first attempt: as made, succeeded.
+        let written = deliveries(&service, &store);
+        assert_eq!(written.len(), 2);
+        for d in &written {
+            assert!(made[..2].iter().any(|m| m.id == d.id), "{} as made", d.id);
+            assert_eq!(d.status, DeliveryStatus::Succeeded);
+            assert_eq!((d.attempts, d.attempt_ids.len()), (1, 1));
+            assert_eq!(d.next_attempt_at, None);
         }
         fan_out_with(&service, &first);
         assert_eq!(outbox(&service), 1, "kept while a delivery is not settled");
@@ -409,55 +543,129 @@ mod tests {
     }
 
     #[test]
+    fn a_delivery_whose_first_attempt_is_slow_to_come_is_written_pending_after_a_second() {
+        let (service, store, clock, _dir) = store_and_clock_with_three_hooks();
+        let first = First::new(&service.db).expect("first");
+        let fanned_at = service.now();
+        let given = kept_event(&service, &store, &first);
+        record_ok(&service, &first, &given[0].1);
+        first.settle(&given[0].1, true);
+        let just_short = WRITE_PENDING_AFTER - std::time::Duration::from_millis(1);
+        clock.advance(jiff::SignedDuration::try_from(just_short).expect("span"));
+        first
+            .write_pending(&service.db, service.now())
+            .expect("write");
+        assert_eq!(
+            deliveries(&service, &store).len(),
+            1,
+            "only the one recorded"
+        );
+
+        clock.advance(jiff::SignedDuration::from_millis(1));
+        first
+            .write_pending(&service.db, service.now())
+            .expect("write");
+        let written = deliveries(&service, &store);
+        assert_eq!(written.len(), 3, "the two still waiting written");
+        let pending: Vec<_> = written
+            .iter()
+            .filter(|d| d.status == DeliveryStatus::Pending)
+            .collect();
+        assert_eq!(pending.len(), 2);
+        for d in &pending {
+            assert_eq!(d.next_attempt_at, Some(fanned_at), "due when handed over");
+            assert_eq!(d.attempts, 0);
+        }
+        assert!(queued(&service).is_empty(), "still no queue entry");
+        first
+            .write_pending(&service.db, service.now())
+            .expect("write");
+
+        // Its attempt, recorded now, moves the stored delivery on.
+        let key = &given[1].1;
+        record_ok(&service, &first, key);
+        first.settle(key, true);
+        let done = deliveries(&service, &store);
+        let d = done
+            .iter()
+            .find(|d| d.due_key(fanned_at) == *key)
+            .expect("written");
+        assert_eq!(d.status, DeliveryStatus::Succeeded);
+        assert_eq!(d.attempts, 1);
+    }
+
+    #[test]
+    fn a_delivery_made_from_memory_is_not_written_once_its_event_has_expired() {
+        let (service, store, clock, _dir) = store_and_clock_with_three_hooks();
+        let first = First::new(&service.db).expect("first");
+        let given = kept_event(&service, &store, &first);
+        clock.advance(crate::model::delivery::RETENTION);
+        record_ok(&service, &first, &given[0].1);
+        assert!(
+            deliveries(&service, &store).is_empty(),
+            "purged with its event"
+        );
+        let log = attempts_prefix(&store.id, &first.made(&given[0].1).expect("made").target);
+        let attempts = service.db.list::<serde_json::Value>(&log, None, false, 10);
+        assert!(attempts.expect("attempts").is_empty());
+    }
+
+    #[test]
     fn after_a_crash_a_kept_entry_queues_its_pending_deliveries_and_makes_none_again() {
-        let (service, store, _dir) = store_with_three_hooks();
+        let (service, store, clock, _dir) = store_and_clock_with_three_hooks();
         let before = First::new(&service.db).expect("first");
-        paid(&service, &store, 1);
-        fan_out_with(&service, &before);
-        let given = before.take_inbox();
-        let (_, key, bytes) = &given[0];
-        let Work::Delivery(entry) = crate::storage::Db::decode(key, bytes).expect("work") else {
-            panic!("a delivery");
-        };
-        record_ok(&service, key, &entry);
+        let given = kept_event(&service, &store, &before);
+        let recorded = before.made(&given[0].1).expect("made");
+        let second = before.made(&given[1].1).expect("made");
+        let third = before.made(&given[2].1).expect("made");
+        record_ok(&service, &before, &given[0].1);
+        clock.advance(jiff::SignedDuration::from_millis(10));
+        queue::write_pending(&service.db, &[&third]).expect("written pending");
         let made: Vec<_> = deliveries(&service, &store)
             .into_iter()
             .map(|d| d.id)
             .collect();
-        drop(before); // The crash: the other two were never attempted.
+        assert_eq!(made.len(), 2);
+        drop(before); // The crash: the second was never written, the third written pending.
 
         // An event committed after the crash was never kept: it is fanned out as usual.
         paid(&service, &store, 2);
         let after = First::new(&service.db).expect("first");
         assert_eq!(fan_out_with(&service, &after), 2);
         let queued = queued(&service);
+        assert_eq!(queued, [third.due_key(third.next_attempt_at.expect("due"))]);
+        let again = after.take_inbox();
         assert_eq!(
-            queued.len(),
-            2,
-            "the two pending deliveries queued: {queued:?}"
+            again.len(),
+            4,
+            "the one never written made afresh, and the new event's"
         );
-        let again = deliveries(&service, &store);
-        assert_eq!(again.len(), 6);
-        let kept: Vec<_> = again.iter().filter(|d| made.contains(&d.id)).collect();
-        assert_eq!(kept.len(), 3, "none of the first event's made again");
-        let succeeded = kept
+        let afresh = after.made(&again[0].1).expect("made");
+        assert_eq!(
+            (&afresh.event_id, &afresh.target),
+            (&second.event_id, &second.target)
+        );
+        assert!(!made.contains(&afresh.id));
+        let written = deliveries(&service, &store);
+        assert_eq!(written.len(), 2, "none made again");
+        let succeeded = written
             .iter()
             .filter(|d| d.status == DeliveryStatus::Succeeded);
         assert_eq!(succeeded.count(), 1);
         let attempts = service
             .db
-            .list::<serde_json::Value>(&attempts_prefix(&store.id, &entry.target), None, false, 10)
+            .list::<serde_json::Value>(
+                &attempts_prefix(&store.id, &recorded.target),
+                None,
+                false,
+                10,
+            )
             .expect("attempts");
         assert_eq!(attempts.len(), 1, "its attempt recorded once");
-        for d in kept.iter().filter(|d| d.status == DeliveryStatus::Pending) {
-            let at = d.next_attempt_at.expect("due");
-            assert!(queued.contains(&d.due_key(at)), "{} queued", d.id);
-        }
-        assert_eq!(after.take_inbox().len(), 3, "the new event's handed over");
         assert_eq!(
             outbox(&service),
-            1,
-            "the new event's entry kept, the first one's removed"
+            2,
+            "both entries kept (the first one's afresh delivery handed over)"
         );
     }
 
@@ -474,18 +682,18 @@ mod tests {
         given
     }
 
-    /// The kept event's entry fanned out again with `first`: its three deliveries queued, none
-    /// made again, the entry removed.
+    /// The kept event's entry fanned out again with `first`: its three deliveries queued (found
+    /// pending, or made now), one each, the entry removed.
     fn assert_queued_again(service: &Service, store: &crate::model::store::Store, first: &First) {
         assert_eq!(fan_out_with(service, first), 1, "taken again");
         assert!(first.take_inbox().is_empty(), "nothing handed over");
-        assert_eq!(queued(service).len(), 3, "each pending delivery queued");
-        assert_eq!(deliveries(service, store).len(), 3, "none made again");
+        assert_eq!(queued(service).len(), 3, "each delivery queued");
+        assert_eq!(deliveries(service, store).len(), 3, "one each");
         assert_eq!(outbox(service), 0);
     }
 
     #[test]
-    fn a_host_that_hands_nothing_over_still_queues_what_a_kept_entry_left_pending() {
+    fn a_host_that_hands_nothing_over_still_makes_and_queues_what_a_kept_entry_left() {
         let (service, store, _dir) = store_with_three_hooks();
         let before = First::new(&service.db).expect("first");
         kept_event(&service, &store, &before);
@@ -502,16 +710,37 @@ mod tests {
     }
 
     #[test]
-    fn a_released_entry_is_fanned_out_again_and_queues_what_is_pending() {
+    fn a_released_entry_is_fanned_out_again_and_queues_its_deliveries_written_pending_first() {
         let (service, store, _dir) = store_with_three_hooks();
         let first = First::new(&service.db).expect("first");
         let given = kept_event(&service, &store, &first);
+        let made: Vec<_> = given
+            .iter()
+            .map(|(_, key, _)| first.made(key).expect("made").id.clone())
+            .collect();
         first.settle(&given[0].1, false); // An error: the whole entry is released.
+        assert_eq!(
+            fan_out_with(&service, &first),
+            0,
+            "passed over until its deliveries are written"
+        );
+        first
+            .write_pending(&service.db, service.now())
+            .expect("write");
         assert_queued_again(&service, &store, &first);
+        let ids: Vec<_> = deliveries(&service, &store)
+            .into_iter()
+            .map(|d| d.id)
+            .collect();
+        assert!(
+            ids.iter().all(|id| made.contains(id)),
+            "the ones made: {ids:?}"
+        );
         for (_, key, _) in &given[1..] {
             first.settle(key, true); // Settled in vain: the entry is gone.
         }
-        assert!(first.state().held.is_empty() && first.state().done.is_empty());
+        let state = first.state();
+        assert!(state.held.is_empty() && state.done.is_empty() && state.cut_short.is_empty());
     }
 
     #[test]
@@ -537,8 +766,11 @@ mod tests {
         );
         first.list_from(&key); // What its commit tells the engine's fan-out.
         assert_eq!(fan_out_with(&service, &first), 1, "read from there");
-        assert_eq!(first.take_inbox().len(), 6);
-        assert_eq!(deliveries(&service, &store).len(), 6);
+        assert_eq!(
+            first.take_inbox().len(),
+            6,
+            "both events' deliveries handed over"
+        );
     }
 
     #[test]

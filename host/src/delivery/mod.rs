@@ -141,8 +141,9 @@ enum Job {
 /// An attempt waiting to be recorded.
 struct Pending {
     due_key: String,
-    /// Whether its queue entry was written (not a first attempt from memory, see [`first`]).
-    queued: bool,
+    /// A first attempt from memory (see [`first`]): the delivery as made (its queue entry was
+    /// never written, and the delivery perhaps not either).
+    made: Option<Arc<crate::model::delivery::Delivery>>,
     entry: DueEntry,
     outcome: Outcome,
     reply: oneshot::Sender<Result<Option<Paused>>>,
@@ -191,9 +192,15 @@ async fn record_attempts(
     let mut batch = Vec::with_capacity(RECORD_BATCH);
     while pending.recv_many(&mut batch, RECORD_BATCH).await > 0 {
         linger(&fair, &mut pending, &mut batch).await;
-        let items: Vec<((&str, bool), &DueEntry, &Outcome)> = batch
+        let items: Vec<(queue::Made<'_>, &DueEntry, &Outcome)> = batch
             .iter()
-            .map(|p| ((p.due_key.as_str(), p.queued), &p.entry, &p.outcome))
+            .map(|p| {
+                (
+                    (p.due_key.as_str(), p.made.as_deref()),
+                    &p.entry,
+                    &p.outcome,
+                )
+            })
             .collect();
         match off_workers(&service, || service.record_attempts(&items)) {
             Ok(paused) => {
@@ -206,7 +213,11 @@ async fn record_attempts(
                 tracing::warn!(error = %format!("{e:#}"), "recording a batch of attempts; one by one");
                 for p in batch.drain(..) {
                     let one = off_workers(&service, || {
-                        let item = ((p.due_key.as_str(), p.queued), &p.entry, &p.outcome);
+                        let item = (
+                            (p.due_key.as_str(), p.made.as_deref()),
+                            &p.entry,
+                            &p.outcome,
+                        );
                         let paused = service.record_attempts(&[item])?;
                         Ok(paused.into_iter().next().flatten())
                     });
@@ -473,6 +484,9 @@ async fn fan_out(shared: Arc<Shared>, poll: Duration, mut stopped: watch::Receiv
         }
         let fanned = off_workers(&shared.service, || {
             let service = &shared.service;
+            if let Err(e) = shared.first.write_pending(&service.db, service.now()) {
+                tracing::error!(error = %format!("{e:#}"), "delivery engine: writing deliveries pending");
+            }
             let first = shared.first.attempts();
             queue::fan_out(service, service.now(), BATCH, first, |event, key, first| {
                 shared.keep_event(event);
@@ -941,14 +955,25 @@ impl Shared {
         &self,
         starting: Vec<(String, DueEntry, fair::Ticket)>,
     ) -> Vec<(String, Job, fair::Ticket)> {
+        // A delivery handed over for its first attempt is this host's, as made: not read.
+        let (given, starting): (Vec<_>, Vec<_>) = starting
+            .into_iter()
+            .map(|(key, entry, ticket)| (self.first.made(&key), (key, entry, ticket)))
+            .partition(|(made, _)| made.is_some());
         let deliveries: Vec<(&str, &DueEntry)> = starting
             .iter()
-            .map(|(key, entry, _)| (key.as_str(), entry))
+            .map(|(_, (key, entry, _))| (key.as_str(), entry))
             .collect();
         let mut claims = self.claim(&deliveries).into_iter();
         let mut dropped_leftovers = false;
-        let mut jobs = Vec::with_capacity(starting.len());
-        for (key, entry, ticket) in starting {
+        let mut jobs = Vec::with_capacity(starting.len() + given.len());
+        for (made, (key, entry, ticket)) in given {
+            if let Some(made) = made {
+                let delivery = Box::new(made.as_ref().clone());
+                jobs.push((key, Job::Attempt(entry, delivery), ticket));
+            }
+        }
+        for (_, (key, entry, ticket)) in starting {
             match claims.next() {
                 Some(Claimed::Mine(delivery)) => {
                     jobs.push((key, Job::Attempt(entry, delivery), ticket));
@@ -1263,7 +1288,7 @@ impl Shared {
         let (reply, recorded) = oneshot::channel();
         let pending = Pending {
             due_key: due_key.to_owned(),
-            queued: !self.first.is_given(due_key),
+            made: self.first.made(due_key),
             entry: entry.clone(),
             outcome,
             reply,
@@ -1356,7 +1381,7 @@ mod tests {
         let now = Timestamp::UNIX_EPOCH;
         Pending {
             due_key: "due".into(),
-            queued: true,
+            made: None,
             entry: DueEntry {
                 store_id: StoreId::generate(now),
                 target: TargetRef::Webhook(WebhookId::generate(now)),

@@ -787,6 +787,11 @@ impl Tx<'_> {
             .transpose()
     }
 
+    /// Whether a record is stored at `key` (read, not decoded).
+    pub fn exists(&mut self, key: &str) -> Result<bool> {
+        Ok(self.inner.get(key.as_bytes())?.is_some())
+    }
+
     /// Reads the records at `keys` ahead, for the reads of them that follow in this transaction
     /// (one round trip for all of them where hosts share PostgreSQL). Where it would save nothing
     /// (sled), `keys` is not even iterated: callers may build the keys lazily.

@@ -81,14 +81,17 @@ pub const FAN_OUT_DELIVERIES_PER_CALL: usize = 4 * FAN_OUT_DELIVERIES_PER_TX;
 pub const FAN_OUT_TIME_PER_CALL: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// The delivery engine's first attempts made from memory, where one host has the database to
-/// itself: a delivery the fan-out makes while there is [`FirstAttempts::room`] is written
-/// pending without a queue entry, and handed to the engine in memory ([`FirstAttempt`]); its
-/// event's outbox entry is kept (not removed by the fan-out) until the engine has recorded the
-/// first attempt of each such delivery, and then removed. A stop or a crash in between leaves
-/// the outbox entry, which is fanned out again ([`FirstAttempts::suspect`]): a delivery already
-/// made is not made again, and a pending one is queued then. Two writes of each delivery (its
-/// queue entry and that entry's removal) are saved; the API shows the delivery pending from its
-/// fan-out, as before.
+/// itself: a delivery the fan-out makes while there is [`FirstAttempts::room`] is handed to the
+/// engine in memory ([`FirstAttempt`]) instead of being written with a queue entry, and written
+/// once, with its first attempt, when that is recorded ([`Service::record_attempts`]); one that
+/// waits longer for it is written pending meanwhile ([`write_pending`]), so that the API shows
+/// it. Its event's outbox entry is kept (not removed by the fan-out) until the engine has
+/// recorded the first attempt of each such delivery, and then removed. A stop or a crash in
+/// between leaves the outbox entry, which is fanned out again ([`FirstAttempts::suspect`]): a
+/// delivery already written is not made again (a pending one is queued then), and one never
+/// written is made afresh, its attempt made again (at least once, as after any crash). Three
+/// writes of each delivery (its pending record, its queue entry and that entry's removal) are
+/// saved, and the read that claims it.
 pub trait FirstAttempts {
     /// Whether the outbox entry `key` is held: its deliveries' first attempts are in the engine's
     /// hands, and the fan-out passes it over.
@@ -121,8 +124,8 @@ pub trait FirstAttempts {
 }
 
 /// A delivery handed to the engine in memory for its first attempt (see [`FirstAttempts`]): the
-/// key its queue entry would have, and the entry.
-pub type FirstAttempt = (String, DueEntry);
+/// key its queue entry would have, and the delivery as made, pending and not yet written.
+pub type FirstAttempt = (String, Delivery);
 
 /// What a call of [`fan_out`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -575,7 +578,10 @@ impl FanOut<'_> {
             } else if let Some(left) = room.as_mut().filter(|left| **left > 0) {
                 *left -= 1;
                 delivery.next_attempt_at = Some(now);
-                first.push((delivery.due_key(now), delivery.due_entry()));
+                // Written with its first attempt (or pending, if that is slow to come).
+                first.push((delivery.due_key(now), delivery));
+                targets.push(target.clone());
+                continue;
             } else {
                 enqueue(tx, &mut delivery, now)?;
             }
@@ -594,6 +600,21 @@ impl FanOut<'_> {
 /// recorded (see [`FirstAttempts`]).
 pub fn remove_outbox_entries(db: &Db, keys: &[String]) -> Result<()> {
     db.tx_relaxed(|tx| keys.iter().try_for_each(|key| tx.remove(key)))
+}
+
+/// Writes deliveries handed over for their first attempt (see [`FirstAttempts`]) as they were
+/// made, pending, each unless it was written meanwhile (its attempt recorded): the API shows a
+/// delivery whose first attempt is slow to come, and a replay or a resend finds it.
+pub fn write_pending(db: &Db, deliveries: &[&Delivery]) -> Result<()> {
+    db.tx_relaxed(|tx| {
+        for d in deliveries {
+            let key = d.key();
+            if !tx.exists(&key)? {
+                tx.write(&key, *d)?;
+            }
+        }
+        Ok(())
+    })
 }
 
 /// The work queue at `now`, for the metrics: how many entries are due (in flight included),
@@ -724,7 +745,7 @@ impl Service {
         entry: &DueEntry,
         outcome: &Outcome,
     ) -> Result<Option<Paused>> {
-        self.record_attempts(&[((due_key, true), entry, outcome)])
+        self.record_attempts(&[((due_key, None), entry, outcome)])
             .map(|mut paused| paused.pop().flatten())
     }
 }
@@ -734,11 +755,12 @@ impl Service {
     /// (the engine's group commit: every attempt that finished while the last batch was being
     /// written goes into the next). Returns what each paused, in order.
     ///
-    /// Each attempt comes with its queue entry's key and whether that entry was written (`false`:
-    /// a first attempt made from memory, see [`FirstAttempts`]).
+    /// Each attempt comes with its queue entry's key and, for a first attempt made from memory
+    /// (see [`FirstAttempts`]), the delivery as it was made: its queue entry was never written,
+    /// and the delivery is written now unless it was already.
     pub fn record_attempts(
         &self,
-        batch: &[((&str, bool), &DueEntry, &Outcome)],
+        batch: &[(Made<'_>, &DueEntry, &Outcome)],
     ) -> Result<Vec<Option<Paused>>> {
         let now = self.now();
         let route = self.mail_route;
@@ -758,6 +780,10 @@ impl Service {
     }
 }
 
+/// An attempt's queue entry key, with the delivery as made for a first attempt made from memory
+/// (see [`FirstAttempts`]; `None`: a queued one).
+pub type Made<'a> = (&'a str, Option<&'a Delivery>);
+
 /// Records an attempt and moves the delivery on: done on success; otherwise the next retry of
 /// the schedule, counted from now; after the last retry, failed, and the target paused, with the
 /// notice to its owner queued (`route`) in this same transaction, so that the pause is never
@@ -771,22 +797,29 @@ pub fn record_attempt(
     now: Timestamp,
     route: MailRoute,
 ) -> Result<Option<Paused>> {
-    record_attempt_of(tx, (due_key, true), entry, outcome, now, route)
+    record_attempt_of(tx, (due_key, None), entry, outcome, now, route)
 }
 
-/// [`record_attempt`] of an attempt whose queue entry is `due_key` (`queued`), or would be (a
-/// first attempt made from memory, see [`FirstAttempts`], whose entry was never written).
+/// [`record_attempt`] of an attempt whose queue entry is `due_key`, or would be: a first attempt
+/// made from memory (see [`FirstAttempts`]) comes with its delivery as it was made (`made`), its
+/// queue entry never written, and the delivery perhaps not either.
 fn record_attempt_of(
     tx: &mut Tx<'_>,
-    (due_key, queued): (&str, bool),
+    (due_key, made): Made<'_>,
     entry: &DueEntry,
     outcome: &Outcome,
     now: Timestamp,
     route: MailRoute,
 ) -> Result<Option<Paused>> {
     let key = delivery_key(&entry.store_id, &entry.target, &entry.event_id);
-    let Some(mut d) = tx.read::<Delivery>(&key)? else {
-        return tx.remove(due_key).map(|()| None); // Purged meanwhile.
+    let queued = made.is_none();
+    let stored = tx.read::<Delivery>(&key)?;
+    let Some(mut d) = stored.or_else(|| made.filter(|d| !expired(d, now)).cloned()) else {
+        // Purged meanwhile (or, made from memory, its event expired since: not written).
+        return match queued {
+            true => tx.remove(due_key).map(|()| None),
+            false => Ok(None),
+        };
     };
     let attempt = Attempt {
         id: AttemptId::generate(outcome.started),
@@ -850,6 +883,11 @@ fn record_attempt_of(
     }
     tx.write(&key, &d)?;
     Ok(paused)
+}
+
+/// Whether the retention of `d`'s event is over at `now` (the purge removes its deliveries).
+fn expired(d: &Delivery, now: Timestamp) -> bool {
+    later(d.event_created_at, RETENTION).is_ok_and(|until| until <= now)
 }
 
 /// Queues a delivery whose status `accept` takes again, due `now`, with a fresh schedule. A
@@ -1331,7 +1369,7 @@ pub(crate) mod tests {
         // The same delivery twice in one batch: the first attempt moves it on (succeeded), the
         // second is recorded in the log but no longer current.
         let paused = service
-            .record_attempts(&[((&key, true), &entry, &ok), ((&key, true), &entry, &failed)])
+            .record_attempts(&[((&key, None), &entry, &ok), ((&key, None), &entry, &failed)])
             .expect("record");
         assert_eq!(paused.len(), 2);
         let delivery: Delivery = service
