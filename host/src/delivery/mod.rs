@@ -12,9 +12,10 @@
 //! Delivery is at least once: a delivery's entry leaves the queue in the transaction that records
 //! its attempt, so a host killed during an attempt makes it again after the restart (a mail
 //! likewise; a message after its lease). A first attempt the fan-out handed over in memory
-//! ([`first`]) has no queue entry: its event's outbox entry stays until the attempt is recorded,
-//! and after a restart the fan-out queues the delivery from there. Receivers deduplicate with the `X-Service-Event-Id`
-//! header, providers with `Idempotency-Key`.
+//! ([`first`]) has no queue entry, and its delivery is written with it: its event's outbox entry
+//! stays until the attempt is recorded, and after a restart the fan-out makes the delivery again
+//! from there (or queues it, written pending meanwhile). Receivers deduplicate with the
+//! `X-Service-Event-Id` header, providers with `Idempotency-Key`.
 //!
 //! Every request goes through the one outbound client (`client.rs`), every email through the one
 //! SMTP sender (`smtp.rs`).

@@ -384,6 +384,40 @@ async fn resend_moves_a_pending_delivery_to_now_without_duplicating_it() {
 }
 
 #[tokio::test]
+async fn a_delivery_whose_first_attempt_is_slow_shows_pending_after_a_second_and_once() {
+    let host = TestHost::start_for_webhooks(|_| {}).await;
+    let receiver = Receiver::start().await;
+    receiver.hold();
+    let (store, token) = store_with_plugin(&host, "acme.example").await;
+    let wh = subscribe(&host, &token, &receiver.url("/hook"), &["customer.created"]).await;
+    host.fire_customer_created(&store).await;
+    receiver.wait_for("/hook", 1, WAIT).await; // Its first attempt, held.
+    let shared = std::env::var(commerce_host_tests::TEST_DATABASE_URL).is_ok_and(|u| !u.is_empty());
+    if !shared {
+        // On sled the delivery is written with its first attempt, or after a second's wait.
+        tokio::time::sleep(QUIET).await;
+        assert_eq!(deliveries(&host, &token, &wh).await, Vec::<Value>::new());
+    }
+    host.clock.advance(SignedDuration::from_secs(1));
+    let pending = host
+        .eventually("the delivery shows pending", || async {
+            let d = deliveries(&host, &token, &wh).await;
+            (d.len() == 1 && d[0]["status"] == "pending").then(|| d[0].clone())
+        })
+        .await;
+    assert_eq!(pending["attempts"], 0);
+    receiver.release();
+    host.eventually("its attempt is recorded", || async {
+        let d = deliveries(&host, &token, &wh).await;
+        (d[0]["status"] == "succeeded" && d[0]["attempts"] == 1).then_some(())
+    })
+    .await;
+    assert_eq!(deliveries(&host, &token, &wh).await[0]["id"], pending["id"]);
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(receiver.requests("/hook").len(), 1, "attempted once");
+}
+
+#[tokio::test]
 async fn replay_since_moves_pending_deliveries_to_now_and_leaves_succeeded_ones() {
     let host = TestHost::start_for_webhooks(|_| {}).await;
     let receiver = Receiver::start().await;
