@@ -595,6 +595,24 @@ mod tests {
     }
 
     #[test]
+    fn a_delivery_made_from_memory_whose_target_was_paused_meanwhile_is_written_failed() {
+        let (service, store, _dir) = store_with_three_hooks();
+        let first = First::new(&service.db).expect("first");
+        let given = kept_event(&service, &store, &first);
+        let key = &given[0].1;
+        let made = first.made(key).expect("made");
+        let paused = "the target was paused";
+        queue::fail_unsent(&service, (key, Some(&made)), &made.due_entry(), paused)
+            .expect("failed");
+        let written = deliveries(&service, &store);
+        assert_eq!(written.len(), 1, "written, to be replayed");
+        assert_eq!(written[0].id, made.id);
+        assert_eq!(written[0].status, DeliveryStatus::Failed);
+        assert_eq!(written[0].failure.as_deref(), Some(paused));
+        assert_eq!((written[0].attempts, written[0].next_attempt_at), (0, None));
+    }
+
+    #[test]
     fn a_delivery_made_from_memory_is_not_written_once_its_event_has_expired() {
         let (service, store, clock, _dir) = store_and_clock_with_three_hooks();
         let first = First::new(&service.db).expect("first");

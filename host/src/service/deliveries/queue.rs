@@ -717,12 +717,23 @@ fn is_current(d: &Delivery, due_key: &str) -> bool {
         && d.next_attempt_at.is_some_and(|at| d.due_key(at) == due_key)
 }
 
-/// Fails a delivery without an attempt (its target is paused or gone, or its event expired).
-pub fn fail_unsent(db: &Db, due_key: &str, entry: &DueEntry, reason: &str) -> Result<()> {
+/// Fails a delivery without an attempt (its target is paused or gone, or its event expired). One
+/// made from memory for its first attempt (see [`FirstAttempts`]) is written so, failed, as the
+/// fan-out would have written it for a paused target.
+pub fn fail_unsent(
+    service: &Service,
+    (due_key, made): Made<'_>,
+    entry: &DueEntry,
+    reason: &str,
+) -> Result<()> {
     let key = delivery_key(&entry.store_id, &entry.target, &entry.event_id);
-    db.tx_relaxed(|tx| {
-        tx.remove(due_key)?;
-        if let Some(mut d) = tx.read::<Delivery>(&key)?
+    let now = service.now();
+    service.db.tx_relaxed(|tx| {
+        if made.is_none() {
+            tx.remove(due_key)?;
+        }
+        let stored = tx.read::<Delivery>(&key)?;
+        if let Some(mut d) = stored.or_else(|| made.filter(|d| !expired(d, now)).cloned())
             && is_current(&d, due_key)
         {
             d.status = DeliveryStatus::Failed;
