@@ -1365,6 +1365,7 @@ mod tests {
     use tokio::time::Instant;
 
     use super::*;
+    use crate::model::delivery::{Delivery, DeliveryStatus};
     use crate::model::ids::{EventId, StoreId, WebhookId};
 
     /// `n` webhook attempts in flight in `fair`, each of its own target, store and plugin.
@@ -1484,6 +1485,80 @@ mod tests {
         let fair = Fair::new(64, 8, 8);
         let shared = Shared::new(service, timeouts, mail, None, fair, recorder).expect("shared");
         (Arc::new(shared), dir)
+    }
+
+    #[tokio::test]
+    async fn a_delivery_handed_over_whose_target_was_paused_before_its_attempt_is_written_failed() {
+        use crate::service::deliveries::queue::tests::{
+            paid, publish_paid_hooks, with_hooked_plugin,
+        };
+        let (service, _clock, _dir) = with_hooked_plugin();
+        publish_paid_hooks(&service, "one", 1);
+        let store = service.create_store("one.example").expect("store");
+        service.install(&store.id, "one").expect("install");
+        let timeouts = Timeouts::new(Duration::from_secs(10));
+        let mail = HostMail::new(None, "host@example.com", timeouts.smtp).expect("mail");
+        let fair = Fair::new(64, 8, 8);
+        let (recorder, _) = mpsc::unbounded_channel();
+        let shared = Shared::new(
+            service.clone(),
+            timeouts,
+            mail,
+            None,
+            fair.clone(),
+            recorder,
+        )
+        .expect("shared");
+        let first = shared.first.attempts();
+        queue::fan_out(&service, service.now(), 256, first, |_, key, given| {
+            shared.first.give(key, given).expect("give");
+        })
+        .expect("fan out");
+        paid(&service, &store, 1);
+        queue::fan_out(&service, service.now(), 256, first, |_, key, given| {
+            shared.first.give(key, given).expect("give");
+        })
+        .expect("fan out");
+        let handed = shared.first.take_inbox();
+        let (_, key, bytes) = handed.last().expect("the order.paid delivery handed over");
+        let Work::Delivery(entry) = crate::storage::Db::decode(key, bytes).expect("work") else {
+            panic!("a delivery");
+        };
+        let made = shared.first.made(key).expect("made");
+        let delivery_key = made.key();
+        assert!(
+            service
+                .db
+                .read::<Delivery>(&delivery_key)
+                .expect("read")
+                .is_none()
+        );
+        let (now, reason) = (service.now(), "paused by a test");
+        service
+            .db
+            .tx(|tx| target::pause(tx, &store.id, &entry.target, now, reason).map(drop))
+            .expect("pause");
+
+        let slot = shared
+            .slot(key, &Work::Delivery(entry.clone()))
+            .expect("slot");
+        let mut ticket = fair
+            .try_start(key, slot)
+            .unwrap_or_else(|_| panic!("starts"));
+        let delivery = made.as_ref().clone();
+        shared
+            .attempt(key, &entry, delivery, &mut ticket)
+            .await
+            .expect("attempt");
+        let written: Delivery = service
+            .db
+            .read(&delivery_key)
+            .expect("read")
+            .expect("written");
+        assert_eq!(written.id, made.id);
+        assert_eq!(written.status, DeliveryStatus::Failed);
+        assert_eq!(written.failure.as_deref(), Some("the target was paused"));
+        assert_eq!(written.attempts, 0, "no attempt made");
     }
 
     #[test]
