@@ -98,9 +98,6 @@ struct Given {
     delivery: Arc<Delivery>,
     /// Whether it is written (pending), or being written.
     written: bool,
-    /// Whether its attempt is on its way to be recorded, the delivery not read first (see
-    /// [`First::to_record`]): it is not written pending then.
-    recording: bool,
 }
 
 impl First {
@@ -183,7 +180,6 @@ impl First {
                 outbox: outbox.to_owned(),
                 delivery: Arc::new(delivery),
                 written: false,
-                recording: false,
             };
             state.given.insert(key.clone(), given);
             state.waiting.push_back((due, key.clone()));
@@ -217,7 +213,7 @@ impl First {
                 if *due > until {
                     break;
                 }
-                if let Some(given) = given.get_mut(key).filter(|g| !g.written && !g.recording) {
+                if let Some(given) = given.get_mut(key).filter(|g| !g.written) {
                     given.written = true;
                     writing.push((key.clone(), given.delivery.clone()));
                 }
@@ -225,7 +221,7 @@ impl First {
             }
             if !releasing.is_empty() {
                 for (key, given) in given.iter_mut() {
-                    if !given.written && !given.recording && releasing.contains(&given.outbox) {
+                    if !given.written && releasing.contains(&given.outbox) {
                         given.written = true;
                         writing.push((key.clone(), given.delivery.clone()));
                     }
@@ -290,19 +286,6 @@ impl First {
             return None;
         }
         self.state().given.get(key).map(|g| g.delivery.clone())
-    }
-
-    /// The delivery handed over as `key`, as made, for its attempt's record (`None`: it was
-    /// queued); and whether it may have been written (pending) since: the record reads it first
-    /// then. One not written is no longer written pending: its record writes it.
-    pub fn to_record(&self, key: &str) -> Option<(Arc<Delivery>, bool)> {
-        if !self.enabled {
-            return None;
-        }
-        let mut state = self.state();
-        let given = state.given.get_mut(key)?;
-        given.recording = !given.written;
-        Some((given.delivery.clone(), given.written))
     }
 
     /// Settles the delivery handed over as `key` (no other: a queued one is not in here): its
@@ -432,7 +415,7 @@ impl FirstAttempts for First {
 mod tests {
     use super::*;
     use crate::model::clock::ManualClock;
-    use crate::model::delivery::{Delivery, DeliveryStatus, Outcome, attempts_prefix};
+    use crate::model::delivery::{DeliveryStatus, Outcome, attempts_prefix};
     use crate::model::event::Event;
     use crate::model::event::{OUTBOX_PREFIX, OutboxEntry};
     use crate::service::Service;
@@ -508,14 +491,10 @@ mod tests {
         let mut outcome = Outcome::unsent(service.now(), String::new());
         outcome.succeeded = true;
         outcome.status_code = Some(200);
-        let (made, maybe_written) = first.to_record(key).expect("handed over");
+        let made = first.made(key).expect("handed over");
         let entry = made.due_entry();
-        let made = queue::Made {
-            delivery: &made,
-            maybe_written,
-        };
         service
-            .record_attempts(&[((key, Some(made)), &entry, &outcome)])
+            .record_attempts(&[((key, Some(&*made)), &entry, &outcome)])
             .expect("record");
     }
 
@@ -563,39 +542,31 @@ mod tests {
         assert_eq!(first.room(), MAX_GIVEN);
     }
 
-    /// Advances `clock` by `by` and writes pending what `first` holds that waited long enough;
-    /// returns how many deliveries are written then.
-    fn written_after(
-        service: &Service,
-        clock: &ManualClock,
-        first: &First,
-        by: std::time::Duration,
-    ) -> usize {
-        clock.advance(jiff::SignedDuration::try_from(by).expect("span"));
+    #[test]
+    fn a_delivery_whose_first_attempt_is_slow_to_come_is_written_pending_after_a_second() {
+        let (service, store, clock, _dir) = store_and_clock_with_three_hooks();
+        let first = First::new(&service.db).expect("first");
+        let fanned_at = service.now();
+        let given = kept_event(&service, &store, &first);
+        record_ok(&service, &first, &given[0].1);
+        first.settle(&given[0].1, true);
+        let just_short = WRITE_PENDING_AFTER - std::time::Duration::from_millis(1);
+        clock.advance(jiff::SignedDuration::try_from(just_short).expect("span"));
         first
             .write_pending(&service.db, service.now())
             .expect("write");
-        let listed = service.db.list::<Delivery>("dlv/", None, false, 100);
-        listed.expect("deliveries").len()
-    }
-
-    #[test]
-    fn a_delivery_whose_first_attempt_is_slow_to_come_is_written_pending_after_a_second() {
-        let k = kept();
-        let fanned_at = given_at(&k.first, &k.given[0].1);
-        record_ok(&k.service, &k.first, &k.given[0].1);
-        k.first.settle(&k.given[0].1, true);
-        let just_short = WRITE_PENDING_AFTER - std::time::Duration::from_millis(1);
-        let written = written_after(&k.service, &k.clock, &k.first, just_short);
-        assert_eq!(written, 1, "only the one recorded");
-
-        let ms = std::time::Duration::from_millis(1);
         assert_eq!(
-            written_after(&k.service, &k.clock, &k.first, ms),
-            3,
-            "the two waiting"
+            deliveries(&service, &store).len(),
+            1,
+            "only the one recorded"
         );
-        let written = deliveries(&k.service, &k.store);
+
+        clock.advance(jiff::SignedDuration::from_millis(1));
+        first
+            .write_pending(&service.db, service.now())
+            .expect("write");
+        let written = deliveries(&service, &store);
+        assert_eq!(written.len(), 3, "the two still waiting written");
         let pending: Vec<_> = written
             .iter()
             .filter(|d| d.status == DeliveryStatus::Pending)
@@ -605,16 +576,16 @@ mod tests {
             assert_eq!(d.next_attempt_at, Some(fanned_at), "due when handed over");
             assert_eq!(d.attempts, 0);
         }
-        assert!(queued(&k.service).is_empty(), "still no queue entry");
-        k.first
-            .write_pending(&k.service.db, k.service.now())
+        assert!(queued(&service).is_empty(), "still no queue entry");
+        first
+            .write_pending(&service.db, service.now())
             .expect("write");
 
         // Its attempt, recorded now, moves the stored delivery on.
-        let key = &k.given[1].1;
-        record_ok(&k.service, &k.first, key);
-        k.first.settle(key, true);
-        let done = deliveries(&k.service, &k.store);
+        let key = &given[1].1;
+        record_ok(&service, &first, key);
+        first.settle(key, true);
+        let done = deliveries(&service, &store);
         let d = done
             .iter()
             .find(|d| d.due_key(fanned_at) == *key)
@@ -631,11 +602,7 @@ mod tests {
         let key = &given[0].1;
         let made = first.made(key).expect("made");
         let paused = "the target was paused";
-        let as_made = queue::Made {
-            delivery: &made,
-            maybe_written: true,
-        };
-        queue::fail_unsent(&service, (key, Some(as_made)), &made.due_entry(), paused)
+        queue::fail_unsent(&service, (key, Some(&made)), &made.due_entry(), paused)
             .expect("failed");
         let written = deliveries(&service, &store);
         assert_eq!(written.len(), 1, "written, to be replayed");
@@ -646,78 +613,44 @@ mod tests {
     }
 
     #[test]
-    fn a_delivery_written_pending_and_replayed_keeps_the_replay_when_its_attempt_is_recorded() {
-        let k = kept();
-        // The second's attempt is on its way to be recorded: not written pending.
-        let recording = k.first.to_record(&k.given[1].1).expect("given");
-        assert!(!recording.1, "not written");
-        let written = written_after(&k.service, &k.clock, &k.first, WRITE_PENDING_AFTER);
-        assert_eq!(written, 2, "all but the one recording");
-
-        let made = k.first.made(&k.given[0].1).expect("made");
-        let replayed = k
-            .service
-            .db
-            .tx(|tx| queue::requeue(tx, &made.key(), k.service.now(), |_| true));
-        assert!(replayed.expect("replay"), "found, and moved to now");
-        record_ok(&k.service, &k.first, &k.given[0].1);
-        let stored: Delivery = k
-            .service
-            .db
-            .read(&made.key())
-            .expect("read")
-            .expect("stored");
-        assert_eq!(
-            stored.status,
-            DeliveryStatus::Pending,
-            "the replay's attempt to come"
-        );
-        assert_eq!((stored.replays, stored.attempts), (1, 1));
-        assert_eq!(stored.next_attempt_at, Some(k.service.now()));
-        assert_eq!(queued(&k.service), [stored.due_key(k.service.now())]);
-    }
-
-    #[test]
     fn a_delivery_made_from_memory_is_not_written_once_its_event_has_expired() {
-        let k = kept();
-        k.clock.advance(crate::model::delivery::RETENTION);
-        record_ok(&k.service, &k.first, &k.given[0].1);
+        let (service, store, clock, _dir) = store_and_clock_with_three_hooks();
+        let first = First::new(&service.db).expect("first");
+        let given = kept_event(&service, &store, &first);
+        clock.advance(crate::model::delivery::RETENTION);
+        record_ok(&service, &first, &given[0].1);
         assert!(
-            deliveries(&k.service, &k.store).is_empty(),
+            deliveries(&service, &store).is_empty(),
             "purged with its event"
         );
-        let log = attempts_prefix(
-            &k.store.id,
-            &k.first.made(&k.given[0].1).expect("made").target,
-        );
-        let attempts = k
-            .service
-            .db
-            .list::<serde_json::Value>(&log, None, false, 10);
+        let log = attempts_prefix(&store.id, &first.made(&given[0].1).expect("made").target);
+        let attempts = service.db.list::<serde_json::Value>(&log, None, false, 10);
         assert!(attempts.expect("attempts").is_empty());
     }
 
     #[test]
     fn after_a_crash_a_kept_entry_queues_its_pending_deliveries_and_makes_none_again() {
-        let k = kept();
-        let recorded = k.first.made(&k.given[0].1).expect("made");
-        let second = k.first.made(&k.given[1].1).expect("made");
-        let third = k.first.made(&k.given[2].1).expect("made");
-        record_ok(&k.service, &k.first, &k.given[0].1);
-        k.clock.advance(jiff::SignedDuration::from_millis(10));
-        queue::write_pending(&k.service.db, &[&third]).expect("written pending");
-        let made: Vec<_> = deliveries(&k.service, &k.store)
+        let (service, store, clock, _dir) = store_and_clock_with_three_hooks();
+        let before = First::new(&service.db).expect("first");
+        let given = kept_event(&service, &store, &before);
+        let recorded = before.made(&given[0].1).expect("made");
+        let second = before.made(&given[1].1).expect("made");
+        let third = before.made(&given[2].1).expect("made");
+        record_ok(&service, &before, &given[0].1);
+        clock.advance(jiff::SignedDuration::from_millis(10));
+        queue::write_pending(&service.db, &[&third]).expect("written pending");
+        let made: Vec<_> = deliveries(&service, &store)
             .into_iter()
             .map(|d| d.id)
             .collect();
         assert_eq!(made.len(), 2);
-        drop(k.first); // The crash: the second was never written, the third written pending.
+        drop(before); // The crash: the second was never written, the third written pending.
 
         // An event committed after the crash was never kept: it is fanned out as usual.
-        paid(&k.service, &k.store, 2);
-        let after = First::new(&k.service.db).expect("first");
-        assert_eq!(fan_out_with(&k.service, &after), 2);
-        let queued = queued(&k.service);
+        paid(&service, &store, 2);
+        let after = First::new(&service.db).expect("first");
+        assert_eq!(fan_out_with(&service, &after), 2);
+        let queued = queued(&service);
         assert_eq!(queued, [third.due_key(third.next_attempt_at.expect("due"))]);
         let again = after.take_inbox();
         assert_eq!(
@@ -731,17 +664,16 @@ mod tests {
             (&second.event_id, &second.target)
         );
         assert!(!made.contains(&afresh.id));
-        let written = deliveries(&k.service, &k.store);
+        let written = deliveries(&service, &store);
         assert_eq!(written.len(), 2, "none made again");
         let succeeded = written
             .iter()
             .filter(|d| d.status == DeliveryStatus::Succeeded);
         assert_eq!(succeeded.count(), 1);
-        let attempts = k
-            .service
+        let attempts = service
             .db
             .list::<serde_json::Value>(
-                &attempts_prefix(&k.store.id, &recorded.target),
+                &attempts_prefix(&store.id, &recorded.target),
                 None,
                 false,
                 10,
@@ -749,40 +681,10 @@ mod tests {
             .expect("attempts");
         assert_eq!(attempts.len(), 1, "its attempt recorded once");
         assert_eq!(
-            outbox(&k.service),
+            outbox(&service),
             2,
             "both entries kept (the first one's afresh delivery handed over)"
         );
-    }
-
-    /// A store with three webhooks taking `order.paid` (see [`store_with_three_hooks`]), its
-    /// clock, and an `order.paid` event fanned out with `first`, its deliveries `given`.
-    struct Kept {
-        service: Service,
-        store: crate::model::store::Store,
-        clock: ManualClock,
-        first: First,
-        given: Vec<(WorkKind, String, Vec<u8>)>,
-        _dir: tempfile::TempDir,
-    }
-
-    fn kept() -> Kept {
-        let (service, store, clock, _dir) = store_and_clock_with_three_hooks();
-        let first = First::new(&service.db).expect("first");
-        let given = kept_event(&service, &store, &first);
-        Kept {
-            service,
-            store,
-            clock,
-            first,
-            given,
-            _dir,
-        }
-    }
-
-    /// When the delivery handed over as `key` was (its due time).
-    fn given_at(first: &First, key: &str) -> jiff::Timestamp {
-        first.made(key).expect("made").next_attempt_at.expect("due")
     }
 
     /// An `order.paid` event fanned out with `first`: its three deliveries, handed over.

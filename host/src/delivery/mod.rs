@@ -143,24 +143,11 @@ enum Job {
 struct Pending {
     due_key: String,
     /// A first attempt from memory (see [`first`]): the delivery as made (its queue entry was
-    /// never written, and the delivery perhaps not either), and whether it may have been written
-    /// since ([`first::First::to_record`]).
-    made: Option<(Arc<crate::model::delivery::Delivery>, bool)>,
+    /// never written, and the delivery perhaps not either).
+    made: Option<Arc<crate::model::delivery::Delivery>>,
     entry: DueEntry,
     outcome: Outcome,
     reply: oneshot::Sender<Result<Option<Paused>>>,
-}
-
-impl Pending {
-    /// The delivery as made, for a first attempt from memory.
-    fn made(&self) -> Option<queue::Made<'_>> {
-        self.made
-            .as_ref()
-            .map(|(delivery, maybe_written)| queue::Made {
-                delivery,
-                maybe_written: *maybe_written,
-            })
-    }
 }
 
 /// Runs `f`, which waits for the database, without holding up the async runtime's workers where
@@ -206,9 +193,15 @@ async fn record_attempts(
     let mut batch = Vec::with_capacity(RECORD_BATCH);
     while pending.recv_many(&mut batch, RECORD_BATCH).await > 0 {
         linger(&fair, &mut pending, &mut batch).await;
-        let items: Vec<(queue::Due<'_>, &DueEntry, &Outcome)> = batch
+        let items: Vec<(queue::Made<'_>, &DueEntry, &Outcome)> = batch
             .iter()
-            .map(|p| ((p.due_key.as_str(), p.made()), &p.entry, &p.outcome))
+            .map(|p| {
+                (
+                    (p.due_key.as_str(), p.made.as_deref()),
+                    &p.entry,
+                    &p.outcome,
+                )
+            })
             .collect();
         match off_workers(&service, || service.record_attempts(&items)) {
             Ok(paused) => {
@@ -221,7 +214,11 @@ async fn record_attempts(
                 tracing::warn!(error = %format!("{e:#}"), "recording a batch of attempts; one by one");
                 for p in batch.drain(..) {
                     let one = off_workers(&service, || {
-                        let item = ((p.due_key.as_str(), p.made()), &p.entry, &p.outcome);
+                        let item = (
+                            (p.due_key.as_str(), p.made.as_deref()),
+                            &p.entry,
+                            &p.outcome,
+                        );
                         let paused = service.record_attempts(&[item])?;
                         Ok(paused.into_iter().next().flatten())
                     });
@@ -1177,12 +1174,6 @@ impl Shared {
         let db = &service.db;
         // Made from memory for its first attempt: not written yet, perhaps (see `first`).
         let made = self.first.made(due_key);
-        let made = || {
-            made.as_deref().map(|delivery| queue::Made {
-                delivery,
-                maybe_written: true,
-            })
-        };
         let loaded = off_workers(service, || {
             let stored = if delivery.test {
                 db.read(&crate::model::delivery::test_event_key(
@@ -1194,7 +1185,12 @@ impl Shared {
                 self.event(&entry.store_id, &entry.event_id)?
             };
             let Some(event) = stored else {
-                queue::fail_unsent(service, (due_key, made()), entry, "the event expired")?;
+                queue::fail_unsent(
+                    service,
+                    (due_key, made.as_deref()),
+                    entry,
+                    "the event expired",
+                )?;
                 return Ok(None);
             };
             let unsent = match target::load(service, &entry.store_id, &entry.target, &event)? {
@@ -1202,7 +1198,7 @@ impl Shared {
                 TargetState::Paused => "the target was paused",
                 TargetState::Gone => "the target was removed",
             };
-            queue::fail_unsent(service, (due_key, made()), entry, unsent)?;
+            queue::fail_unsent(service, (due_key, made.as_deref()), entry, unsent)?;
             Ok::<_, Error>(None)
         })?;
         let Some((event, target, scopes)) = loaded else {
@@ -1300,7 +1296,7 @@ impl Shared {
         let (reply, recorded) = oneshot::channel();
         let pending = Pending {
             due_key: due_key.to_owned(),
-            made: self.first.to_record(due_key),
+            made: self.first.made(due_key),
             entry: entry.clone(),
             outcome,
             reply,

@@ -722,7 +722,7 @@ fn is_current(d: &Delivery, due_key: &str) -> bool {
 /// fan-out would have written it for a paused target.
 pub fn fail_unsent(
     service: &Service,
-    (due_key, made): Due<'_>,
+    (due_key, made): Made<'_>,
     entry: &DueEntry,
     reason: &str,
 ) -> Result<()> {
@@ -732,7 +732,8 @@ pub fn fail_unsent(
         if made.is_none() {
             tx.remove(due_key)?;
         }
-        if let Some(mut d) = Made::current(made, tx, &key, now)?
+        let stored = tx.read::<Delivery>(&key)?;
+        if let Some(mut d) = stored.or_else(|| made.filter(|d| !expired(d, now)).cloned())
             && is_current(&d, due_key)
         {
             d.status = DeliveryStatus::Failed;
@@ -770,7 +771,7 @@ impl Service {
     /// and the delivery is written now unless it was already.
     pub fn record_attempts(
         &self,
-        batch: &[(Due<'_>, &DueEntry, &Outcome)],
+        batch: &[(Made<'_>, &DueEntry, &Outcome)],
     ) -> Result<Vec<Option<Paused>>> {
         let now = self.now();
         let route = self.mail_route;
@@ -792,40 +793,7 @@ impl Service {
 
 /// An attempt's queue entry key, with the delivery as made for a first attempt made from memory
 /// (see [`FirstAttempts`]; `None`: a queued one).
-pub type Due<'a> = (&'a str, Option<Made<'a>>);
-
-/// A delivery handed over for its first attempt (see [`FirstAttempts`]), as made.
-#[derive(Debug, Clone, Copy)]
-pub struct Made<'a> {
-    /// The delivery as made.
-    pub delivery: &'a Delivery,
-    /// Whether it may have been written since (pending, by [`write_pending`]): it is read first
-    /// then (a replay may have moved it). Otherwise it is not: no other transaction writes it
-    /// (the engine does not write it pending once its attempt is on its way to be recorded),
-    /// and no request finds it.
-    pub maybe_written: bool,
-}
-
-impl Made<'_> {
-    /// The stored delivery (`made.maybe_written`) or, where none is, the delivery as made
-    /// unless its event expired at `now` (`None`: neither).
-    fn current(
-        made: Option<Self>,
-        tx: &mut Tx<'_>,
-        key: &str,
-        now: Timestamp,
-    ) -> Result<Option<Delivery>> {
-        let stored = match made {
-            Some(made) if !made.maybe_written => None,
-            _ => tx.read::<Delivery>(key)?,
-        };
-        Ok(stored.or_else(|| {
-            made.map(|m| m.delivery)
-                .filter(|d| !expired(d, now))
-                .cloned()
-        }))
-    }
-}
+pub type Made<'a> = (&'a str, Option<&'a Delivery>);
 
 /// Records an attempt and moves the delivery on: done on success; otherwise the next retry of
 /// the schedule, counted from now; after the last retry, failed, and the target paused, with the
@@ -848,7 +816,7 @@ pub fn record_attempt(
 /// queue entry never written, and the delivery perhaps not either.
 fn record_attempt_of(
     tx: &mut Tx<'_>,
-    (due_key, made): Due<'_>,
+    (due_key, made): Made<'_>,
     entry: &DueEntry,
     outcome: &Outcome,
     now: Timestamp,
@@ -856,7 +824,8 @@ fn record_attempt_of(
 ) -> Result<Option<Paused>> {
     let key = delivery_key(&entry.store_id, &entry.target, &entry.event_id);
     let queued = made.is_none();
-    let Some(mut d) = Made::current(made, tx, &key, now)? else {
+    let stored = tx.read::<Delivery>(&key)?;
+    let Some(mut d) = stored.or_else(|| made.filter(|d| !expired(d, now)).cloned()) else {
         // Purged meanwhile (or, made from memory, its event expired since: not written).
         return match queued {
             true => tx.remove(due_key).map(|()| None),
