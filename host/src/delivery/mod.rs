@@ -1172,8 +1172,12 @@ impl Shared {
     ) -> Result<()> {
         let service = &self.service;
         let db = &service.db;
-        // Made from memory for its first attempt: not written yet, perhaps (see `first`).
-        let made = self.first.made(due_key);
+        // Fails it unsent; one made from memory for its first attempt (see `first`) perhaps
+        // not written yet.
+        let fail = |reason: &str| {
+            let made = self.first.made(due_key);
+            queue::fail_unsent(service, (due_key, made.as_deref()), entry, reason)
+        };
         let loaded = off_workers(service, || {
             let stored = if delivery.test {
                 db.read(&crate::model::delivery::test_event_key(
@@ -1185,12 +1189,7 @@ impl Shared {
                 self.event(&entry.store_id, &entry.event_id)?
             };
             let Some(event) = stored else {
-                queue::fail_unsent(
-                    service,
-                    (due_key, made.as_deref()),
-                    entry,
-                    "the event expired",
-                )?;
+                fail("the event expired")?;
                 return Ok(None);
             };
             let unsent = match target::load(service, &entry.store_id, &entry.target, &event)? {
@@ -1198,7 +1197,7 @@ impl Shared {
                 TargetState::Paused => "the target was paused",
                 TargetState::Gone => "the target was removed",
             };
-            queue::fail_unsent(service, (due_key, made.as_deref()), entry, unsent)?;
+            fail(unsent)?;
             Ok::<_, Error>(None)
         })?;
         let Some((event, target, scopes)) = loaded else {

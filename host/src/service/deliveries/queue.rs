@@ -572,6 +572,7 @@ impl FanOut<'_> {
             let mut delivery = Delivery::new(event, target, now);
             delivery.cause_depth = entry.cause.as_ref().map_or(0, |c| c.depth);
             delivery.traceparent.clone_from(&entry.trace);
+            targets.push(target.clone());
             if !active {
                 delivery.status = DeliveryStatus::Failed;
                 delivery.failure = Some("the subscription was paused".to_owned());
@@ -580,13 +581,11 @@ impl FanOut<'_> {
                 delivery.next_attempt_at = Some(now);
                 // Written with its first attempt (or pending, if that is slow to come).
                 first.push((delivery.due_key(now), delivery));
-                targets.push(target.clone());
                 continue;
             } else {
                 enqueue(tx, &mut delivery, now)?;
             }
             tx.write(&delivery.key(), &delivery)?;
-            targets.push(target.clone());
         }
         if first.is_empty() {
             tx.remove(key)?;
@@ -827,10 +826,10 @@ fn record_attempt_of(
     let stored = tx.read::<Delivery>(&key)?;
     let Some(mut d) = stored.or_else(|| made.filter(|d| !expired(d, now)).cloned()) else {
         // Purged meanwhile (or, made from memory, its event expired since: not written).
-        return match queued {
-            true => tx.remove(due_key).map(|()| None),
-            false => Ok(None),
-        };
+        if queued {
+            tx.remove(due_key)?;
+        }
+        return Ok(None);
     };
     let attempt = Attempt {
         id: AttemptId::generate(outcome.started),
