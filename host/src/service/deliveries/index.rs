@@ -155,10 +155,18 @@ impl TargetIndex {
     /// records are unchanged, on every backend. Where hosts share the database, another host's
     /// change is seen here once its notice arrives (milliseconds): an attempt started meanwhile
     /// goes out as it would have a moment before the change, as does one already in flight when
-    /// the change commits. (The fan-out, which must not miss a subscription just made, reads
+    /// the change commits; one whose target this copy shows gone or paused reads it again
+    /// ([`TargetIndex::fresh`], see `target::load`). (The fan-out, which must not miss a subscription just made, reads
     /// with [`TargetIndex::of`]; and it reads each target again in its transaction.)
     pub fn for_attempt(&self, db: &Db, store: &StoreId) -> Result<Arc<StoreTargets>> {
         self.copy_of(db, store)
+    }
+
+    /// `store`'s targets read from `db` now, with their plugin versions, not kept: for an attempt
+    /// whose target the copy ([`TargetIndex::for_attempt`]) does not show active, where another
+    /// host's change may not have reached it yet.
+    pub fn fresh(&self, db: &Db, store: &StoreId) -> Result<StoreTargets> {
+        StoreTargets::read(db, store)
     }
 
     /// `store`'s targets from memory, or read (and kept while current).

@@ -69,7 +69,10 @@ fn component_takes(installation: &Installation, event: &Event) -> bool {
 }
 
 /// Loads a target for an attempt at `event`, from the store's targets
-/// ([`TargetIndex::for_attempt`](super::index::TargetIndex::for_attempt)).
+/// ([`TargetIndex::for_attempt`](super::index::TargetIndex::for_attempt)). Where hosts share the
+/// database, a target that copy shows gone or paused is read again from storage: another host's
+/// change (a subscription just made, or resumed) reaches the copy only with its notice, while the
+/// fan-out, which reads afresh, may have made the delivery for it already.
 pub fn load(
     service: &Service,
     store: &StoreId,
@@ -77,7 +80,17 @@ pub fn load(
     event: &Event,
 ) -> Result<TargetState> {
     let targets = service.targets.for_attempt(&service.db, store)?;
-    Ok(match target {
+    let state = state_in(&targets, target, event);
+    if service.db.is_shared() && !matches!(state, TargetState::Active(..)) {
+        let fresh = service.targets.fresh(&service.db, store)?;
+        return Ok(state_in(&fresh, target, event));
+    }
+    Ok(state)
+}
+
+/// What `targets` say of `target` for an attempt at `event`.
+fn state_in(targets: &StoreTargets, target: &TargetRef, event: &Event) -> TargetState {
+    match target {
         TargetRef::Webhook(id) => match targets.subscription(id) {
             None => TargetState::Gone,
             Some(sub) if sub.status == WebhookStatus::Paused => TargetState::Paused,
@@ -111,7 +124,7 @@ pub fn load(
             }
             _ => TargetState::Gone,
         },
-    })
+    }
 }
 
 /// The targets of a store (`targets`, from [`TargetIndex::of`](super::index::TargetIndex::of))
