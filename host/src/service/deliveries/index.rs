@@ -156,8 +156,9 @@ impl TargetIndex {
     /// change is seen here once its notice arrives (milliseconds): an attempt started meanwhile
     /// goes out as it would have a moment before the change, as does one already in flight when
     /// the change commits; one whose target this copy shows gone or paused reads it again
-    /// ([`TargetIndex::fresh`], see `target::load`). (The fan-out, which must not miss a subscription just made, reads
-    /// with [`TargetIndex::of`]; and it reads each target again in its transaction.)
+    /// ([`TargetIndex::fresh`], see `target::load`). (The fan-out, which must not miss a
+    /// subscription just made, reads with [`TargetIndex::of`]; and it reads each target again
+    /// in its transaction.)
     pub fn for_attempt(&self, db: &Db, store: &StoreId) -> Result<Arc<StoreTargets>> {
         self.copy_of(db, store)
     }
