@@ -416,7 +416,6 @@ mod tests {
     use super::*;
     use crate::model::clock::ManualClock;
     use crate::model::delivery::{DeliveryStatus, Outcome, attempts_prefix};
-    use crate::model::event::Event;
     use crate::model::event::{OUTBOX_PREFIX, OutboxEntry};
     use crate::service::Service;
     use crate::service::deliveries::queue::fan_out;
@@ -451,7 +450,7 @@ mod tests {
 
     /// One fan-out call with `first`, its deliveries handed over.
     fn fan_out_call(service: &Service, first: &First) -> queue::FannedOut {
-        let given = |_: Event, key: &str, given| first.give(key, given).expect("give");
+        let given = |_: queue::ReadEvent, key: &str, given| first.give(key, given).expect("give");
         fan_out(service, service.now(), 256, first.attempts(), given).expect("fan out")
     }
 

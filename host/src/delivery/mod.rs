@@ -26,6 +26,7 @@ mod first;
 pub mod mail;
 pub mod messages;
 mod ready;
+mod recent;
 pub mod smtp;
 pub mod webhook;
 
@@ -89,9 +90,6 @@ struct Owner {
     installation: String,
     plugin: String,
 }
-/// Events the engine keeps decoded for their other deliveries; past this it starts again.
-const MAX_EVENTS_CACHED: usize = 1024;
-
 const PURGE_EVERY: SignedDuration = SignedDuration::from_mins(1);
 
 /// The pool a kind of work draws from.
@@ -279,8 +277,8 @@ struct Shared {
     wake: Arc<crate::storage::queue::Signal>,
     /// Rung when a piece of work finishes (its place in the pool is free).
     done: Notify,
-    /// Events read for recent attempts (see [`Shared::event`]).
-    events: Mutex<HashMap<String, Arc<crate::model::event::Event>>>,
+    /// Events read for recent attempts and fanned out (see [`Shared::event`]).
+    events: recent::Recent,
     /// Where finished attempts go to be recorded (see [`record_attempts`]).
     recorder: mpsc::UnboundedSender<Pending>,
     /// The deliveries the fan-out hands over for their first attempt (see [`first`]).
@@ -308,7 +306,7 @@ impl Shared {
             last_sweep: Mutex::new(std::time::Instant::now()),
             owners: Mutex::default(),
             done: Notify::new(),
-            events: Mutex::default(),
+            events: recent::Recent::default(),
             recorder,
             first,
         })
@@ -1258,31 +1256,20 @@ impl Shared {
         id: &crate::model::ids::EventId,
     ) -> Result<Option<Arc<crate::model::event::Event>>> {
         let key = crate::model::event::event_key(store, id);
-        if let Some(event) = self
-            .events
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-        {
-            return Ok(Some(event.clone()));
+        if let Some(event) = self.events.get(&key) {
+            return Ok(Some(event));
         }
-        let Some(event) = self.service.stored_event(store, id)? else {
+        let Some((event, bytes)) = self.service.db.read_sized(&key)? else {
             return Ok(None);
         };
-        Ok(Some(self.keep_event(event)))
+        Ok(Some(self.events.keep(key, event, bytes)))
     }
 
-    /// Keeps `event` among the recent ones (see [`Shared::event`]): read for an attempt, or
-    /// just fanned out (its attempts follow).
-    fn keep_event(&self, event: crate::model::event::Event) -> Arc<crate::model::event::Event> {
+    /// Keeps an event just fanned out, with its stored size, among the recent ones (see
+    /// [`Shared::event`]): its attempts follow.
+    fn keep_event(&self, (event, bytes): queue::ReadEvent) {
         let key = crate::model::event::event_key(&event.store.id, &event.id);
-        let event = Arc::new(event);
-        let mut events = self.events.lock().unwrap_or_else(|e| e.into_inner());
-        if events.len() >= MAX_EVENTS_CACHED {
-            events.clear();
-        }
-        events.insert(key, event.clone());
-        event
+        self.events.keep(key, event, bytes);
     }
 
     /// Records an attempt through the recorder, in the next batch.

@@ -219,6 +219,14 @@ impl Db {
             .transpose()
     }
 
+    /// Reads and decodes the record at `key`, with the size of the record as stored (bytes).
+    pub fn read_sized<T: DeserializeOwned>(&self, key: &str) -> Result<Option<(T, usize)>> {
+        self.inner
+            .get(key.as_bytes())?
+            .map(|v| decode(key, &v).map(|value| (value, v.len())))
+            .transpose()
+    }
+
     /// Up to `limit` records under `prefix` (key order, or newest-first when `reverse`), after the
     /// key `after`. Returns each record with its key.
     pub fn list<T: DeserializeOwned>(

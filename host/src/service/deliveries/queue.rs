@@ -67,7 +67,10 @@ fn is_light(deliveries: usize) -> bool {
 
 /// An outbox entry read for its fan-out: its key, the entry, its event (`None`: expired) and
 /// the targets that may want it.
-type Prepared = (String, OutboxEntry, Option<Event>, Vec<TargetRef>);
+type Prepared = (String, OutboxEntry, Option<ReadEvent>, Vec<TargetRef>);
+
+/// An event as read from storage, with the size of its stored record (bytes).
+pub type ReadEvent = (Event, usize);
 
 /// Deliveries one call of [`fan_out`] makes at most (an event with more makes them all): the
 /// engine starts due work between calls, and lists the outbox again, so that neither the work
@@ -154,7 +157,7 @@ pub fn fan_out(
     now: Timestamp,
     limit: usize,
     first: Option<&dyn FirstAttempts>,
-    fanned_out: impl FnMut(Event, &str, Vec<FirstAttempt>),
+    fanned_out: impl FnMut(ReadEvent, &str, Vec<FirstAttempt>),
 ) -> Result<FannedOut> {
     let mut done = first.map(FirstAttempts::take_done).unwrap_or_default();
     let fanned = fan_out_listed(service, now, limit, first, &mut done, fanned_out);
@@ -177,7 +180,7 @@ fn fan_out_listed(
     limit: usize,
     first: Option<&dyn FirstAttempts>,
     done: &mut Vec<String>,
-    mut fanned_out: impl FnMut(Event, &str, Vec<FirstAttempt>),
+    mut fanned_out: impl FnMut(ReadEvent, &str, Vec<FirstAttempt>),
 ) -> Result<FannedOut> {
     let db = &service.db;
     let (mut listed, full) = list_outbox(db, limit, first)?;
@@ -252,9 +255,10 @@ fn fan_out_listed(
             ended_before = Some(key);
             break;
         }
-        let event: Option<Event> = db.read(&event_key(&entry.store_id, &entry.event_id))?;
+        let event: Option<ReadEvent> =
+            db.read_sized(&event_key(&entry.store_id, &entry.event_id))?;
         let candidates = match &event {
-            Some(event) => {
+            Some((event, _)) => {
                 let store = match targets.entry(entry.store_id.clone()) {
                     Entry::Occupied(read) => read.into_mut(),
                     Entry::Vacant(unread) => {
@@ -453,7 +457,7 @@ impl FanOutChunk<'_> {
         &self,
         chunk: Vec<Prepared>,
         room: &mut Option<usize>,
-        fanned_out: &mut impl FnMut(Event, &str, Vec<FirstAttempt>),
+        fanned_out: &mut impl FnMut(ReadEvent, &str, Vec<FirstAttempt>),
     ) -> Result<Option<String>> {
         let (service, now, suspect) = (self.service, self.now, self.suspect);
         let (fanned, left, raised) = service.db.tx_relaxed(|tx| {
@@ -480,7 +484,8 @@ impl FanOutChunk<'_> {
                         suspect: suspect(key),
                         now,
                     };
-                    one.run(tx, &mut read, event.as_ref(), candidates, &mut left)
+                    let event = event.as_ref().map(|(event, _)| event);
+                    one.run(tx, &mut read, event, candidates, &mut left)
                 })
                 .collect::<Result<Vec<Option<Vec<FirstAttempt>>>>>()?;
             let kept = chunk
@@ -502,7 +507,7 @@ impl FanOutChunk<'_> {
             if let Some(first) = fanned
                 && let Some(event) = event
             {
-                service.metrics.event_emitted(event.kind().as_str());
+                service.metrics.event_emitted(event.0.kind().as_str());
                 if !candidates.is_empty() {
                     fanned_out(event, &key, first);
                 }
@@ -1137,7 +1142,7 @@ pub(crate) mod tests {
     fn fan_out_all(service: &Service, mut fanned_out: impl FnMut(Event)) -> usize {
         let mut taken = 0;
         loop {
-            let fanned = fan_out(service, service.now(), 256, None, |event, _, _| {
+            let fanned = fan_out(service, service.now(), 256, None, |(event, _), _, _| {
                 fanned_out(event)
             })
             .expect("fan out");

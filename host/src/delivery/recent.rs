@@ -1,0 +1,156 @@
+//! The events the engine keeps decoded for their attempts: an event's deliveries to each of its
+//! targets come due together (at its fan-out, or at the same retry), and events never change, so
+//! each is read and decoded once for all of them. The fan-out keeps each event it fans out, and
+//! an attempt keeps one it had to read.
+//!
+//! The oldest are let go first, past [`MAX_EVENTS`] or [`MAX_BYTES`] of stored records: a
+//! backlog's attempts follow its fan-out in the same order, up to [`first::MAX_GIVEN`]
+//! deliveries behind, so the events of that many deliveries are kept (a cache that was emptied
+//! whenever it held 1 024 events made the attempts of a deeper backlog read each event again).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use crate::model::event::Event;
+
+use super::first;
+
+/// Events kept at most: as many as the deliveries handed over for their first attempt.
+pub const MAX_EVENTS: usize = first::MAX_GIVEN;
+
+/// Stored bytes of the events kept at most (an event alone larger than this is not kept).
+pub const MAX_BYTES: usize = 32 * 1024 * 1024;
+
+/// Recent events, by their storage key.
+#[derive(Debug)]
+pub struct Recent {
+    max_events: usize,
+    max_bytes: usize,
+    kept: Mutex<Kept>,
+}
+
+#[derive(Debug, Default)]
+struct Kept {
+    /// Each event, with its stored size.
+    events: HashMap<String, (Arc<Event>, usize)>,
+    /// Their keys, oldest first.
+    order: VecDeque<String>,
+    /// The sum of their stored sizes.
+    bytes: usize,
+}
+
+impl Default for Recent {
+    fn default() -> Self {
+        Self::with(MAX_EVENTS, MAX_BYTES)
+    }
+}
+
+impl Recent {
+    fn with(max_events: usize, max_bytes: usize) -> Self {
+        Self {
+            max_events,
+            max_bytes,
+            kept: Mutex::default(),
+        }
+    }
+
+    fn kept(&self) -> std::sync::MutexGuard<'_, Kept> {
+        self.kept.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The event stored under `key`, if kept.
+    pub fn get(&self, key: &str) -> Option<Arc<Event>> {
+        self.kept().events.get(key).map(|(event, _)| event.clone())
+    }
+
+    /// Keeps `event`, stored under `key` in `bytes`, letting the oldest go as needed. One kept
+    /// already under `key` stays (events never change).
+    pub fn keep(&self, key: String, event: Event, bytes: usize) -> Arc<Event> {
+        let mut kept = self.kept();
+        if let Some((kept, _)) = kept.events.get(&key) {
+            return kept.clone();
+        }
+        let event = Arc::new(event);
+        if bytes > self.max_bytes || self.max_events == 0 {
+            return event;
+        }
+        while kept.events.len() >= self.max_events || kept.bytes + bytes > self.max_bytes {
+            let Some(oldest) = kept.order.pop_front() else {
+                break;
+            };
+            if let Some((_, size)) = kept.events.remove(&oldest) {
+                kept.bytes -= size;
+            }
+        }
+        kept.bytes += bytes;
+        kept.order.push_back(key.clone());
+        kept.events.insert(key, (event.clone(), bytes));
+        event
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(n: usize) -> (String, Event) {
+        use crate::model::event::data::{CustomerDeleted, DeletedCustomer};
+        let now = jiff::Timestamp::UNIX_EPOCH;
+        let store = crate::model::event::StoreRef {
+            id: crate::model::ids::StoreId::generate(now),
+            domain: "acme.example".to_owned(),
+        };
+        let customer = DeletedCustomer {
+            id: crate::model::ids::CustomerId::generate(now),
+        };
+        let event = Event::new(&store, CustomerDeleted { customer }, now);
+        (format!("evt-{n}"), event)
+    }
+
+    #[test]
+    fn the_oldest_go_first_past_the_count() {
+        let recent = Recent::with(3, usize::MAX);
+        for n in 0..5 {
+            let (key, e) = event(n);
+            recent.keep(key, e, 10);
+        }
+        let kept: Vec<bool> = (0..5)
+            .map(|n| recent.get(&format!("evt-{n}")).is_some())
+            .collect();
+        assert_eq!(kept, [false, false, true, true, true]);
+        assert_eq!(recent.kept().bytes, 30);
+    }
+
+    #[test]
+    fn the_oldest_go_first_past_the_bytes_and_one_larger_than_all_is_not_kept() {
+        let recent = Recent::with(100, 100);
+        for (n, size) in [(0, 40), (1, 40), (2, 40)] {
+            let (key, e) = event(n);
+            recent.keep(key, e, size);
+        }
+        // 120 bytes do not fit in 100: the first went.
+        assert!(recent.get("evt-0").is_none());
+        assert!(recent.get("evt-1").is_some() && recent.get("evt-2").is_some());
+        let (key, e) = event(3);
+        let id = e.id.clone();
+        let big = recent.keep(key, e, 101);
+        assert_eq!(big.id, id, "handed back all the same");
+        assert!(recent.get("evt-3").is_none(), "larger than the budget");
+        assert!(recent.get("evt-1").is_some(), "nothing let go for it");
+        assert_eq!(recent.kept().bytes, 80);
+    }
+
+    #[test]
+    fn an_event_kept_again_stays_as_it_was_and_counts_once() {
+        let recent = Recent::with(2, usize::MAX);
+        let (key, e) = event(0);
+        let first = recent.keep(key.clone(), e.clone(), 10);
+        let again = recent.keep(key, e, 10);
+        assert!(Arc::ptr_eq(&first, &again));
+        let (key, e) = event(1);
+        recent.keep(key, e, 10);
+        // Two distinct events fit in two places: the first is still kept.
+        assert!(recent.get("evt-0").is_some() && recent.get("evt-1").is_some());
+        assert_eq!(recent.kept().bytes, 20);
+    }
+}
