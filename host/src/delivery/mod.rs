@@ -688,10 +688,13 @@ impl Shared {
         }
         if now >= *next_purge {
             let purged = queue::purge(db, now, BATCH)?;
-            if purged > 0 {
-                tracing::info!(purged, "purged events older than {RETENTION:#}");
+            if purged.events > 0 {
+                tracing::info!(
+                    purged = purged.events,
+                    "purged events older than {RETENTION:#}"
+                );
             }
-            *next_purge = if purged == BATCH {
+            *next_purge = if purged.records == BATCH {
                 now
             } else {
                 now.checked_add(PURGE_EVERY).unwrap_or(now)

@@ -5,7 +5,8 @@
 //! - `work/{webhook|component}/{ms}/{store}/{target}/{evt}`: the delivery's entry in the work
 //!   queue (`crate::model::work`) while it is pending, keyed by its due time.
 //! - `att/{store}/{target}/{att}`: the attempt log.
-//! - `exp/{ms}/{store}/{evt}`: when an event and everything about it is purged (30 days after it).
+//! - `exp/{ms}/{store}/{evt}`: when an event and everything about it is purged (30 days after it),
+//!   with the other events of its fan-out's transaction that expire within a second ([`Expiry`]).
 
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
@@ -217,7 +218,11 @@ pub struct Attempt {
     pub logs: Vec<crate::model::log::LogLine>,
 }
 
-/// What is purged when an event expires.
+/// What is purged when an event expires: the record under the [`expiry_key`] of the event, at
+/// its expiry; or, written for the events of one fan-out transaction that expire within
+/// [`EXPIRY_GROUPED_WITHIN`] of each other, under the key of the first at the last one's expiry,
+/// with the others in [`Expiry::also`] (one write for them all; each is kept at most that much
+/// longer).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Expiry {
     /// The store.
@@ -229,7 +234,13 @@ pub struct Expiry {
     /// A test event (kept under [`test_event_key`], not in the store's event log).
     #[serde(default)]
     pub test: bool,
+    /// The other events purged with it (see [`Expiry`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<Expiry>,
 }
+
+/// How far apart the expiries of events noted in one record may lie (see [`Expiry`]).
+pub const EXPIRY_GROUPED_WITHIN: SignedDuration = SignedDuration::from_secs(1);
 
 /// Key of a test event: kept apart from the store's events, so that it is neither in the
 /// operator's event log nor fanned out.

@@ -20,8 +20,9 @@ use super::index::StoreTargets;
 use super::target::{self, Paused};
 use crate::model::delivery::Outcome;
 use crate::model::delivery::{
-    Attempt, Delivery, DeliveryStatus, DueEntry, EXPIRY_PREFIX, Expiry, RETENTION, RETRY_SCHEDULE,
-    TargetRef, attempt_key, delivery_key, expiry_key, expiry_ms_of, millis, test_event_key,
+    Attempt, Delivery, DeliveryStatus, DueEntry, EXPIRY_GROUPED_WITHIN, EXPIRY_PREFIX, Expiry,
+    RETENTION, RETRY_SCHEDULE, TargetRef, attempt_key, delivery_key, expiry_key, expiry_ms_of,
+    millis, test_event_key,
 };
 use crate::model::error::{Error, Result};
 use crate::model::event::{
@@ -475,6 +476,7 @@ impl FanOutChunk<'_> {
             let mut read = target::TargetsRead::default();
             // Counted afresh on each run of the closure (a conflict runs it again).
             let mut left = *room;
+            let mut expiries = Vec::new();
             let fanned = chunk
                 .iter()
                 .map(|(key, entry, event, candidates)| {
@@ -485,9 +487,12 @@ impl FanOutChunk<'_> {
                         now,
                     };
                     let event = event.as_ref().map(|(event, _)| event);
-                    one.run(tx, &mut read, event, candidates, &mut left)
+                    let (first, expiry) = one.run(tx, &mut read, event, candidates, &mut left)?;
+                    expiries.extend(expiry);
+                    Ok(first)
                 })
                 .collect::<Result<Vec<Option<Vec<FirstAttempt>>>>>()?;
+            write_expiries(tx, expiries)?;
             let kept = chunk
                 .iter()
                 .zip(&fanned)
@@ -531,7 +536,8 @@ impl FanOut<'_> {
     /// `candidates`), each queued, or handed to the engine in memory while `room` lasts (`None`:
     /// none is; see [`FirstAttempts`]). The entry is removed unless some delivery was handed
     /// over. Returns those handed over, or `None` when it was not fanned out (another host took
-    /// it first, or the event expired before it was fanned out).
+    /// it first, or the event expired before it was fanned out); and what its expiry purges,
+    /// for the caller to write ([`write_expiries`]).
     fn run(
         &self,
         tx: &mut Tx<'_>,
@@ -539,14 +545,14 @@ impl FanOut<'_> {
         event: Option<&Event>,
         candidates: &[TargetRef],
         room: &mut Option<usize>,
-    ) -> Result<Option<Vec<FirstAttempt>>> {
+    ) -> Result<(Option<Vec<FirstAttempt>>, Option<Expiring>)> {
         let (key, entry, now) = (self.key, self.entry, self.now);
         if tx.read::<OutboxEntry>(key)?.is_none() {
-            return Ok(None);
+            return Ok((None, None));
         }
         let Some(event) = event else {
             tx.remove(key)?;
-            return Ok(None); // Expired before it was fanned out.
+            return Ok((None, None)); // Expired before it was fanned out.
         };
         let mut targets = Vec::new();
         let mut first = Vec::new();
@@ -595,8 +601,7 @@ impl FanOut<'_> {
         if first.is_empty() {
             tx.remove(key)?;
         }
-        write_expiry(tx, event, targets, false)?;
-        Ok(Some(first))
+        Ok((Some(first), Some(expiry_of(event, targets, false)?)))
     }
 }
 
@@ -932,27 +937,41 @@ pub fn requeue(
     Ok(true)
 }
 
-/// Purges up to `limit` events that expired by `now`, with their deliveries and attempts.
-/// Returns how many.
-pub fn purge(db: &Db, now: Timestamp, limit: usize) -> Result<usize> {
+/// What [`purge`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Purged {
+    /// Expiry records read and removed (at most the `limit`: when it is reached, more may be
+    /// due).
+    pub records: usize,
+    /// The events they purged.
+    pub events: usize,
+}
+
+/// Purges the events of up to `limit` expiry records due by `now` (see [`Expiry`]), with their
+/// deliveries and attempts, a record's events in one transaction.
+pub fn purge(db: &Db, now: Timestamp, limit: usize) -> Result<Purged> {
     let batch: Vec<(String, Expiry)> = db.list(EXPIRY_PREFIX, None, false, limit)?;
     let now_ms = millis(now);
-    let mut purged = 0;
+    let mut purged = Purged::default();
     for (key, expiry) in batch {
         if expiry_ms_of(&key).is_none_or(|at| at > now_ms) {
             break;
         }
+        let events = std::iter::once(&expiry).chain(&expiry.also);
         db.tx_relaxed(|tx| {
-            tx.remove(&event_key(&expiry.store_id, &expiry.event_id))?;
-            if expiry.test {
-                tx.remove(&test_event_key(&expiry.store_id, &expiry.event_id))?;
-            }
-            for target in &expiry.targets {
-                purge_delivery(tx, &expiry, target)?;
+            for one in events.clone() {
+                tx.remove(&event_key(&one.store_id, &one.event_id))?;
+                if one.test {
+                    tx.remove(&test_event_key(&one.store_id, &one.event_id))?;
+                }
+                for target in &one.targets {
+                    purge_delivery(tx, one, target)?;
+                }
             }
             tx.remove(&key)
         })?;
-        purged += 1;
+        purged.records += 1;
+        purged.events += events.count();
     }
     Ok(purged)
 }
@@ -974,22 +993,41 @@ fn purge_delivery(tx: &mut Tx<'_>, expiry: &Expiry, target: &TargetRef) -> Resul
     tx.remove(&key)
 }
 
-/// Notes when `event` expires (its retention from its creation) and the targets it went to, for
-/// the purge to remove it with their deliveries.
-fn write_expiry(tx: &mut Tx<'_>, event: &Event, targets: Vec<TargetRef>, test: bool) -> Result<()> {
-    tx.write(
-        &expiry_key(
-            later(event.created_at, RETENTION)?,
-            &event.store.id,
-            &event.id,
-        ),
-        &Expiry {
-            store_id: event.store.id.clone(),
-            event_id: event.id.clone(),
-            targets,
-            test,
-        },
-    )
+/// When an event expires, and what the purge then removes (see [`expiry_of`]).
+type Expiring = (Timestamp, Expiry);
+
+/// When `event` expires (its retention from its creation), and what the purge then removes: it
+/// and its deliveries to `targets`.
+fn expiry_of(event: &Event, targets: Vec<TargetRef>, test: bool) -> Result<Expiring> {
+    let expiry = Expiry {
+        store_id: event.store.id.clone(),
+        event_id: event.id.clone(),
+        targets,
+        test,
+        also: Vec::new(),
+    };
+    Ok((later(event.created_at, RETENTION)?, expiry))
+}
+
+/// Notes the expiries of a transaction's events (see [`expiry_of`]), in as few records as
+/// [`EXPIRY_GROUPED_WITHIN`] allows: each record under the key of its earliest event, at its
+/// last one's expiry (see [`Expiry`]).
+fn write_expiries(tx: &mut Tx<'_>, mut expiries: Vec<Expiring>) -> Result<()> {
+    expiries.sort_by_key(|(at, _)| *at);
+    let mut expiries = expiries.into_iter().peekable();
+    while let Some((first_at, mut record)) = expiries.next() {
+        let within = later(first_at, EXPIRY_GROUPED_WITHIN)?;
+        let mut last_at = first_at;
+        while let Some((at, also)) = expiries.next_if(|(at, _)| *at <= within) {
+            last_at = at;
+            record.also.push(also);
+        }
+        tx.write(
+            &expiry_key(last_at, &record.store_id, &record.event_id),
+            &record,
+        )?;
+    }
+    Ok(())
 }
 
 /// Queues a test delivery of `event` (already built) to one webhook subscription, due `now`: the
@@ -1007,7 +1045,7 @@ pub fn enqueue_test(
     delivery.traceparent = crate::telemetry::current_traceparent();
     enqueue(tx, &mut delivery, now)?;
     tx.write(&delivery.key(), &delivery)?;
-    write_expiry(tx, event, vec![target.clone()], true)?;
+    write_expiries(tx, vec![expiry_of(event, vec![target.clone()], true)?])?;
     Ok(delivery)
 }
 
@@ -1021,7 +1059,9 @@ pub(crate) mod tests {
     use super::*;
     use crate::model::clock::ManualClock;
     use crate::model::error::Error;
+    use crate::model::event::events_prefix;
     use crate::model::mail::{MAIL_PREFIX, MailRecord, MailStatus};
+    use crate::model::store::Store;
     use crate::model::webhook::{Subscription, WebhookStatus};
     use crate::model::work::{Work, WorkKind};
     use crate::service::Options;
@@ -1151,6 +1191,170 @@ pub(crate) mod tests {
                 return taken;
             }
         }
+    }
+
+    /// The keys of the records under `prefix`.
+    fn keys(service: &Service, prefix: &str) -> Vec<String> {
+        let records = service
+            .db
+            .list::<serde_json::Value>(prefix, None, false, 1000);
+        records.expect("list").into_iter().map(|(k, _)| k).collect()
+    }
+
+    /// A store with a plugin of `hooks` webhooks taking `order.paid` installed, its install
+    /// event fanned out a minute before the clock's time.
+    fn paid_hooks_installed(hooks: usize) -> (Service, ManualClock, Store, tempfile::TempDir) {
+        let (service, clock, dir) = with_hooked_plugin();
+        publish_paid_hooks(&service, "paid", hooks);
+        let store = service.create_store("acme.example").expect("store");
+        service.install(&store.id, "paid").expect("install");
+        fan_out_all(&service, drop);
+        clock.advance(SignedDuration::from_mins(1));
+        (service, clock, store, dir)
+    }
+
+    #[test]
+    fn an_event_its_deliveries_and_their_attempts_are_purged_at_its_retention_not_a_millisecond_before()
+     {
+        let (service, clock, store, _dir) = paid_hooks_installed(2);
+        let event = paid(&service, &store, 1);
+        fan_out_all(&service, drop);
+        // An attempt of each delivery, failed: each is pending, its retry queued.
+        let far = service.now() + SignedDuration::from_hours(48);
+        let queued = due(&service.db, WorkKind::Webhook, far, None, 10).expect("due");
+        assert_eq!(queued.len(), 2);
+        for (key, work) in &queued {
+            let Work::Delivery(entry) = work else {
+                panic!("not a delivery: {work:?}")
+            };
+            service
+                .record_attempt(key, entry, &failed(service.now()))
+                .expect("record");
+        }
+        let held = |service: &Service| {
+            let (events, dlv) = (
+                keys(service, &events_prefix(&store.id)),
+                keys(service, "dlv/"),
+            );
+            let (att, exp) = (keys(service, "att/"), keys(service, EXPIRY_PREFIX));
+            let queued = due(&service.db, WorkKind::Webhook, far, None, 10).expect("due");
+            [events.len(), dlv.len(), att.len(), exp.len(), queued.len()]
+        };
+        // The install event (no delivery) and this one; two deliveries, two attempts, two
+        // expiry records (one a minute earlier), two retries.
+        assert_eq!(held(&service), [2, 2, 2, 2, 2]);
+
+        let expires = event.created_at + RETENTION;
+        clock.set(expires - SignedDuration::from_millis(1));
+        let purged = purge(&service.db, service.now(), 64).expect("purge");
+        assert_eq!(
+            purged,
+            Purged {
+                records: 1,
+                events: 1
+            },
+            "the install event only"
+        );
+        assert_eq!(
+            held(&service),
+            [1, 2, 2, 1, 2],
+            "a millisecond before: all kept"
+        );
+
+        clock.set(expires);
+        let purged = purge(&service.db, service.now(), 64).expect("purge");
+        assert_eq!(
+            purged,
+            Purged {
+                records: 1,
+                events: 1
+            }
+        );
+        assert_eq!(
+            held(&service),
+            [0, 0, 0, 0, 0],
+            "purged with everything about it"
+        );
+    }
+
+    #[test]
+    fn events_fanned_out_together_that_expire_within_a_second_share_one_expiry_record() {
+        let (service, clock, store, _dir) = paid_hooks_installed(1);
+        let purge_at = |at: Timestamp| {
+            clock.set(at);
+            purge(&service.db, at, 64).expect("purge")
+        };
+        // Three events 0.5 s and then 1 s apart, fanned out in one transaction.
+        let first = paid(&service, &store, 1);
+        clock.advance(SignedDuration::from_millis(500));
+        let second = paid(&service, &store, 2);
+        clock.advance(SignedDuration::from_millis(1000));
+        let third = paid(&service, &store, 3);
+        let mut told = 0;
+        fan_out_all(&service, |_| told += 1);
+        assert_eq!(told, 3);
+        let expiring = |e: &Event| expiry_key(e.created_at + RETENTION, &store.id, &e.id);
+        let mut records = keys(&service, EXPIRY_PREFIX);
+        records.remove(0); // The install event's, a minute earlier.
+        // The first two under the first's key, at the second's expiry; the third alone.
+        let first_key = expiry_key(second.created_at + RETENTION, &store.id, &first.id);
+        assert_eq!(records, [first_key, expiring(&third)]);
+
+        // At the first's expiry only the install event goes: the first is kept with the second.
+        let purged = purge_at(first.created_at + RETENTION);
+        assert_eq!(
+            purged,
+            Purged {
+                records: 1,
+                events: 1
+            }
+        );
+        assert_eq!(keys(&service, &events_prefix(&store.id)).len(), 3);
+        let purged = purge_at(second.created_at + RETENTION);
+        assert_eq!(
+            purged,
+            Purged {
+                records: 1,
+                events: 2
+            }
+        );
+        let left = keys(&service, &events_prefix(&store.id));
+        assert_eq!(left, [event_key(&store.id, &third.id)]);
+        assert_eq!(keys(&service, "dlv/").len(), 1, "the third's delivery");
+        let purged = purge_at(third.created_at + RETENTION);
+        assert_eq!(
+            purged,
+            Purged {
+                records: 1,
+                events: 1
+            }
+        );
+        assert!(keys(&service, "dlv/").is_empty());
+        assert!(keys(&service, EXPIRY_PREFIX).is_empty());
+    }
+
+    #[test]
+    fn an_expiry_record_written_before_events_shared_them_is_read_and_purged() {
+        let (service, clock, store, _dir) = paid_hooks_installed(1);
+        let event = paid(&service, &store, 1);
+        fan_out_all(&service, drop);
+        // As written before: one event, no `also`.
+        let key = expiry_key(event.created_at + RETENTION, &store.id, &event.id);
+        let record: serde_json::Value = service.db.read(&key).expect("read").expect("record");
+        assert!(
+            record.get("also").is_none(),
+            "not written when empty: {record}"
+        );
+        clock.set(event.created_at + RETENTION);
+        let purged = purge(&service.db, service.now(), 64).expect("purge");
+        assert_eq!(
+            purged,
+            Purged {
+                records: 2,
+                events: 2
+            }
+        );
+        assert!(keys(&service, "dlv/").is_empty());
     }
 
     #[test]
