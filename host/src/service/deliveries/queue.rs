@@ -1201,6 +1201,13 @@ pub(crate) mod tests {
         records.expect("list").into_iter().map(|(k, _)| k).collect()
     }
 
+    /// Purges at `at` (the clock set to it): the records and the events purged.
+    fn purge_at(service: &Service, clock: &ManualClock, at: Timestamp) -> (usize, usize) {
+        clock.set(at);
+        let purged = purge(&service.db, at, 64).expect("purge");
+        (purged.records, purged.events)
+    }
+
     /// A store with a plugin of `hooks` webhooks taking `order.paid` installed, its install
     /// event fanned out a minute before the clock's time.
     fn paid_hooks_installed(hooks: usize) -> (Service, ManualClock, Store, tempfile::TempDir) {
@@ -1245,14 +1252,9 @@ pub(crate) mod tests {
         assert_eq!(held(&service), [2, 2, 2, 2, 2]);
 
         let expires = event.created_at + RETENTION;
-        clock.set(expires - SignedDuration::from_millis(1));
-        let purged = purge(&service.db, service.now(), 64).expect("purge");
         assert_eq!(
-            purged,
-            Purged {
-                records: 1,
-                events: 1
-            },
+            purge_at(&service, &clock, expires - SignedDuration::from_millis(1)),
+            (1, 1),
             "the install event only"
         );
         assert_eq!(
@@ -1261,15 +1263,7 @@ pub(crate) mod tests {
             "a millisecond before: all kept"
         );
 
-        clock.set(expires);
-        let purged = purge(&service.db, service.now(), 64).expect("purge");
-        assert_eq!(
-            purged,
-            Purged {
-                records: 1,
-                events: 1
-            }
-        );
+        assert_eq!(purge_at(&service, &clock, expires), (1, 1));
         assert_eq!(
             held(&service),
             [0, 0, 0, 0, 0],
@@ -1280,10 +1274,6 @@ pub(crate) mod tests {
     #[test]
     fn events_fanned_out_together_that_expire_within_a_second_share_one_expiry_record() {
         let (service, clock, store, _dir) = paid_hooks_installed(1);
-        let purge_at = |at: Timestamp| {
-            clock.set(at);
-            purge(&service.db, at, 64).expect("purge")
-        };
         // Three events 0.5 s and then 1 s apart, fanned out in one transaction.
         let first = paid(&service, &store, 1);
         clock.advance(SignedDuration::from_millis(500));
@@ -1301,33 +1291,21 @@ pub(crate) mod tests {
         assert_eq!(records, [first_key, expiring(&third)]);
 
         // At the first's expiry only the install event goes: the first is kept with the second.
-        let purged = purge_at(first.created_at + RETENTION);
         assert_eq!(
-            purged,
-            Purged {
-                records: 1,
-                events: 1
-            }
+            purge_at(&service, &clock, first.created_at + RETENTION),
+            (1, 1)
         );
         assert_eq!(keys(&service, &events_prefix(&store.id)).len(), 3);
-        let purged = purge_at(second.created_at + RETENTION);
         assert_eq!(
-            purged,
-            Purged {
-                records: 1,
-                events: 2
-            }
+            purge_at(&service, &clock, second.created_at + RETENTION),
+            (1, 2)
         );
         let left = keys(&service, &events_prefix(&store.id));
         assert_eq!(left, [event_key(&store.id, &third.id)]);
         assert_eq!(keys(&service, "dlv/").len(), 1, "the third's delivery");
-        let purged = purge_at(third.created_at + RETENTION);
         assert_eq!(
-            purged,
-            Purged {
-                records: 1,
-                events: 1
-            }
+            purge_at(&service, &clock, third.created_at + RETENTION),
+            (1, 1)
         );
         assert!(keys(&service, "dlv/").is_empty());
         assert!(keys(&service, EXPIRY_PREFIX).is_empty());
@@ -1345,14 +1323,9 @@ pub(crate) mod tests {
             record.get("also").is_none(),
             "not written when empty: {record}"
         );
-        clock.set(event.created_at + RETENTION);
-        let purged = purge(&service.db, service.now(), 64).expect("purge");
         assert_eq!(
-            purged,
-            Purged {
-                records: 2,
-                events: 2
-            }
+            purge_at(&service, &clock, event.created_at + RETENTION),
+            (2, 2)
         );
         assert!(keys(&service, "dlv/").is_empty());
     }
