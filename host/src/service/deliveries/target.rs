@@ -330,3 +330,93 @@ fn component_paused_notice(tx: &mut Tx<'_>, component: &ComponentTarget) -> Resu
         ),
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::model::clock::ManualClock;
+    use crate::service::deliveries::queue::tests::{paid, publish_paid_hooks};
+    use crate::storage::{Db, Entry as Record, SledStorage, Storage, Txn};
+
+    /// sled that says it is shared: two [`Db`]s over one stand for two hosts sharing a database
+    /// whose notices never arrive (sled has none to hear), so one host's copy of a store's
+    /// targets never learns of the other's changes.
+    struct Shared(Arc<SledStorage>);
+
+    impl Storage for Shared {
+        fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+            self.0.get(key)
+        }
+        fn scan(
+            &self,
+            prefix: &[u8],
+            after: Option<&[u8]>,
+            reverse: bool,
+            limit: usize,
+        ) -> Result<Vec<Record>> {
+            self.0.scan(prefix, after, reverse, limit)
+        }
+        fn transact(&self, f: &mut dyn FnMut(&mut dyn Txn) -> Result<()>) -> Result<()> {
+            self.0.transact(f)
+        }
+        fn flush(&self) -> Result<()> {
+            self.0.flush()
+        }
+        fn is_shared(&self) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn a_subscription_made_on_another_host_is_attempted_before_its_notice_reaches_this_hosts_copy()
+    {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let storage = Arc::new(SledStorage::open(dir.path()).expect("open"));
+        let clock = ManualClock::new("2026-01-05T00:00:00Z".parse().expect("ts"));
+        let host = || {
+            let db = Db::new(Arc::new(Shared(storage.clone())), false);
+            let clock = Arc::new(clock.clone());
+            Service::with_options(db, clock, "admin", Default::default()).expect("service")
+        };
+        let (here, there) = (host(), host());
+        let store = there.create_store("acme.example").expect("store");
+        // This host keeps a copy of the store's targets: none yet.
+        let copy = here.targets.for_attempt(&here.db, &store.id).expect("copy");
+        assert!(copy.subscriptions().next().is_none());
+
+        // The other host installs a plugin with a webhook, and an event is fanned out to it.
+        publish_paid_hooks(&there, "paid", 1);
+        there.install(&store.id, "paid").expect("install");
+        let prefix = format!("wh/{}/", store.id);
+        let subs = there.db.list::<Subscription>(&prefix, None, false, 10);
+        let (_, sub) = subs
+            .expect("subscriptions")
+            .pop()
+            .expect("one subscription");
+        let event = paid(&there, &store, 1);
+        let target = TargetRef::Webhook(sub.id.clone());
+
+        // This host's copy has not heard of it ...
+        let copy = here.targets.for_attempt(&here.db, &store.id).expect("copy");
+        assert!(matches!(
+            state_in(&copy, &target, &event),
+            TargetState::Gone
+        ));
+        // ... and its attempt reads the targets again: the subscription is active.
+        let state = load(&here, &store.id, &target, &event).expect("load");
+        assert!(
+            matches!(&state, TargetState::Active(Target::Webhook(s), _) if s.id == sub.id),
+            "{state:?}"
+        );
+
+        // Paused on the other host since: read again, it is paused.
+        let paused = there
+            .db
+            .tx(|tx| pause(tx, &store.id, &target, there.now(), "test"));
+        assert!(paused.expect("pause").is_some());
+        let state = load(&here, &store.id, &target, &event).expect("load");
+        assert!(matches!(state, TargetState::Paused), "{state:?}");
+    }
+}
