@@ -1204,10 +1204,18 @@ impl Shared {
         let Some((event, target, scopes)) = loaded else {
             return Ok(());
         };
-        let event = event.for_scopes(&scopes);
+        // The event as the target's scopes show it: shared, unless they hide part of it.
+        let event = match event.for_scopes(&scopes) {
+            std::borrow::Cow::Borrowed(_) => event,
+            std::borrow::Cow::Owned(shown) => Arc::new(shown),
+        };
         let started = service.now();
         let wall = std::time::Instant::now();
-        let outcome = match &target {
+        let kind = match &target {
+            Target::Webhook(_) => TargetKind::Webhook,
+            Target::Component(_) => TargetKind::Component,
+        };
+        let outcome = match target {
             Target::Webhook(sub) => {
                 let signing = webhook::Signing {
                     secret: &sub.secret,
@@ -1221,7 +1229,7 @@ impl Shared {
                     installation: component.installation.id.clone(),
                     depth: delivery.cause_depth.saturating_add(1),
                 };
-                self.run_component(component, &event, cause, started).await
+                self.run_component(*component, event, cause, started).await
             }
         };
         let succeeded = outcome.succeeded;
@@ -1237,10 +1245,6 @@ impl Shared {
         ticket.finish_attempt();
         self.done.notify_one();
         let paused = self.record(due_key, entry, outcome).await?;
-        let kind = match &target {
-            Target::Webhook(_) => TargetKind::Webhook,
-            Target::Component(_) => TargetKind::Component,
-        };
         service
             .metrics
             .delivery_attempt(kind, succeeded, wall.elapsed());
@@ -1299,8 +1303,8 @@ impl Shared {
     /// for up to its wall-clock limit).
     async fn run_component(
         &self,
-        component: &target::ComponentTarget,
-        event: &crate::model::event::Event,
+        component: target::ComponentTarget,
+        event: Arc<crate::model::event::Event>,
         cause: Cause,
         started: jiff::Timestamp,
     ) -> crate::model::delivery::Outcome {
@@ -1311,7 +1315,6 @@ impl Shared {
             );
         };
         let service = self.service.clone();
-        let (component, event) = (component.clone(), event.clone());
         let wall = std::time::Instant::now();
         let span = tracing::Span::current();
         let ran = tokio::task::spawn_blocking(move || {
