@@ -58,11 +58,11 @@ struct State {
 #[derive(Debug, Default)]
 pub struct StoreTargets {
     /// Subscriptions by id, in the order of their keys.
-    subscriptions: BTreeMap<WebhookId, Subscription>,
-    /// Installations by id, in the order of their keys.
-    installations: BTreeMap<InstallationId, Installation>,
-    /// The plugin versions the installations run, by name and version.
-    plugins: HashMap<(String, String), Plugin>,
+    subscriptions: BTreeMap<WebhookId, Arc<Subscription>>,
+    /// Installations by id, in the order of their keys (shared with the attempts that load them).
+    installations: BTreeMap<InstallationId, Arc<Installation>>,
+    /// The plugin versions the installations run, by name and then version (shared likewise).
+    plugins: HashMap<String, HashMap<String, Arc<Plugin>>>,
 }
 
 impl StoreTargets {
@@ -70,12 +70,12 @@ impl StoreTargets {
     fn read(db: &Db, store: &StoreId) -> Result<Self> {
         let mut targets = Self::read_without_plugins(db, store)?;
         for i in targets.installations.values() {
-            let version = (i.plugin.clone(), i.version.clone());
-            if targets.plugins.contains_key(&version) {
+            let versions = targets.plugins.entry(i.plugin.clone()).or_default();
+            if versions.contains_key(&i.version) {
                 continue;
             }
             if let Some(plugin) = db.read::<Plugin>(&Plugin::version_key(&i.plugin, &i.version))? {
-                targets.plugins.insert(version, plugin);
+                versions.insert(i.version.clone(), Arc::new(plugin));
             }
         }
         Ok(targets)
@@ -88,45 +88,47 @@ impl StoreTargets {
         db.scan_all(
             &Subscription::store_prefix(store),
             |_, sub: Subscription| {
-                targets.subscriptions.insert(sub.id.clone(), sub);
+                targets.subscriptions.insert(sub.id.clone(), Arc::new(sub));
                 Ok(())
             },
         )?;
         db.scan_all(&format!("inst/{store}/"), |_, i: Installation| {
-            targets.installations.insert(i.id.clone(), i);
+            targets.installations.insert(i.id.clone(), Arc::new(i));
             Ok(())
         })?;
         Ok(targets)
     }
 
     fn records(&self) -> usize {
-        self.subscriptions.len() + self.installations.len() + self.plugins.len()
+        let plugins: usize = self.plugins.values().map(HashMap::len).sum();
+        self.subscriptions.len() + self.installations.len() + plugins
     }
 
     /// The store's subscriptions, in key order.
     pub fn subscriptions(&self) -> impl Iterator<Item = &Subscription> {
-        self.subscriptions.values()
+        self.subscriptions.values().map(|s| &**s)
     }
 
     /// The store's installations (removed ones included), in key order.
     pub fn installations(&self) -> impl Iterator<Item = &Installation> {
-        self.installations.values()
+        self.installations.values().map(|i| &**i)
     }
 
     /// One subscription.
-    pub fn subscription(&self, id: &WebhookId) -> Option<&Subscription> {
+    pub fn subscription(&self, id: &WebhookId) -> Option<&Arc<Subscription>> {
         self.subscriptions.get(id)
     }
 
     /// One installation.
-    pub fn installation(&self, id: &InstallationId) -> Option<&Installation> {
+    pub fn installation(&self, id: &InstallationId) -> Option<&Arc<Installation>> {
         self.installations.get(id)
     }
 
     /// The plugin version an installation runs.
-    pub fn plugin_of(&self, installation: &Installation) -> Option<&Plugin> {
+    pub fn plugin_of(&self, installation: &Installation) -> Option<&Arc<Plugin>> {
         self.plugins
-            .get(&(installation.plugin.clone(), installation.version.clone()))
+            .get(&installation.plugin)?
+            .get(&installation.version)
     }
 }
 

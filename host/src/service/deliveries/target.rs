@@ -19,21 +19,22 @@ use crate::service::Service;
 use crate::storage::Tx;
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
-/// An installed component, loaded for an attempt.
+/// An installed component, loaded for an attempt (shared with the store's targets in memory).
 #[derive(Debug, Clone)]
 pub struct ComponentTarget {
     /// The installation (its identity is the actor of the plugin's host calls).
-    pub installation: Installation,
+    pub installation: Arc<Installation>,
     /// The installed version of the plugin.
-    pub plugin: Plugin,
+    pub plugin: Arc<Plugin>,
 }
 
 /// A target, loaded for an attempt.
 #[derive(Debug, Clone)]
 pub enum Target {
     /// POST the envelope, signed with the subscription's secret, to its URL.
-    Webhook(Box<Subscription>),
+    Webhook(Arc<Subscription>),
     /// Run the installation's component on the event, in a fresh instance.
     Component(Box<ComponentTarget>),
 }
@@ -99,7 +100,7 @@ fn state_in(targets: &StoreTargets, target: &TargetRef, event: &Event) -> Target
                     .installation(&sub.installation_id)
                     .map(|i| i.scopes.iter().copied().collect())
                     .unwrap_or_default();
-                TargetState::Active(Target::Webhook(Box::new(sub.clone())), scopes)
+                TargetState::Active(Target::Webhook(Arc::clone(sub)), scopes)
             }
         },
         TargetRef::Component(id) => match targets.installation(id) {
@@ -112,8 +113,8 @@ fn state_in(targets: &StoreTargets, target: &TargetRef, event: &Event) -> Target
                             let scopes = i.scopes.iter().copied().collect();
                             TargetState::Active(
                                 Target::Component(Box::new(ComponentTarget {
-                                    installation: i.clone(),
-                                    plugin: plugin.clone(),
+                                    installation: Arc::clone(i),
+                                    plugin: Arc::clone(plugin),
                                 })),
                                 scopes,
                             )
@@ -224,7 +225,7 @@ pub fn pause(
             sub.pause_reason = Some(reason.to_owned());
             sub.updated_at = now;
             tx.write(&key, &sub)?;
-            Ok(Some(Target::Webhook(Box::new(sub))))
+            Ok(Some(Target::Webhook(Arc::new(sub))))
         }
         TargetRef::Component(id) => {
             let key = Installation::key(store, id);
@@ -244,8 +245,8 @@ pub fn pause(
                 return Ok(None);
             };
             Ok(Some(Target::Component(Box::new(ComponentTarget {
-                installation,
-                plugin,
+                installation: Arc::new(installation),
+                plugin: Arc::new(plugin),
             }))))
         }
     }
