@@ -234,7 +234,8 @@ pub struct Expiry {
     /// A test event (kept under [`test_event_key`], not in the store's event log).
     #[serde(default)]
     pub test: bool,
-    /// The other events purged with it (see [`Expiry`]).
+    /// The other events purged with it (see [`Expiry`]): one level, each written with no `also`
+    /// of its own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub also: Vec<Expiry>,
 }
