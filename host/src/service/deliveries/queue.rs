@@ -948,7 +948,9 @@ pub struct Purged {
 }
 
 /// Purges the events of up to `limit` expiry records due by `now` (see [`Expiry`]), with their
-/// deliveries and attempts, a record's events in one transaction.
+/// deliveries and attempts, a record's events in one transaction: as many as the fan-out's
+/// transaction that wrote it made (up to [`FAN_OUT_DELIVERIES_PER_TX`] deliveries, or one
+/// event's, however many).
 pub fn purge(db: &Db, now: Timestamp, limit: usize) -> Result<Purged> {
     let batch: Vec<(String, Expiry)> = db.list(EXPIRY_PREFIX, None, false, limit)?;
     let now_ms = millis(now);
