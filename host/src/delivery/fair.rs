@@ -1,6 +1,6 @@
 //! Fair shares of the engine's concurrency.
 //!
-//! Webhook attempts (network waits) and component invocations (CPU on blocking threads) draw
+//! Webhook attempts (network waits) and component invocations (CPU on the invoker's threads) draw
 //! from separate pools, so plugins that compute or sleep up to their deadline never hold up
 //! webhooks, and the other way round. One webhook subscription takes at most
 //! [`MAX_IN_FLIGHT_PER_TARGET`] (a component has no cap of its own); and once half a pool is in

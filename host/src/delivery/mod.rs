@@ -23,6 +23,7 @@
 pub mod client;
 pub mod fair;
 mod first;
+mod invoker;
 pub mod mail;
 pub mod messages;
 mod ready;
@@ -283,6 +284,8 @@ struct Shared {
     recorder: mpsc::UnboundedSender<Pending>,
     /// The deliveries the fan-out hands over for their first attempt (see [`first`]).
     first: first::First,
+    /// The threads component invocations run on.
+    invoker: invoker::Invoker,
 }
 
 impl Shared {
@@ -294,6 +297,7 @@ impl Shared {
         plugins: Option<Arc<crate::plugins::Plugins>>,
         fair: Arc<Fair>,
         recorder: mpsc::UnboundedSender<Pending>,
+        invoker: invoker::Invoker,
     ) -> Result<Self> {
         let first = first::First::new(&service.db)?;
         Ok(Self {
@@ -309,6 +313,7 @@ impl Shared {
             events: recent::Recent::default(),
             recorder,
             first,
+            invoker,
         })
     }
 }
@@ -330,8 +335,9 @@ impl Engine {
         );
         let recording = tokio::spawn(record_attempts(service.clone(), fair.clone(), pending));
         let mail = HostMail::new(config.smtp_url.as_deref(), &config.mail_from, timeouts.smtp)?;
+        let invoker = invoker::Invoker::for_components(config.component_concurrency);
         let shared = Arc::new(Shared::new(
-            service, timeouts, mail, plugins, fair, recorder,
+            service, timeouts, mail, plugins, fair, recorder, invoker,
         )?);
         let (stop, stopped) = watch::channel(false);
         let alive = Arc::new(AtomicBool::new(false));
@@ -1299,8 +1305,8 @@ impl Shared {
         recorded.await.map_err(|_| gone())?
     }
 
-    /// Runs a component on the event in a fresh instance, on a blocking thread (it may compute
-    /// for up to its wall-clock limit).
+    /// Runs a component on the event in a fresh instance, on a thread of the engine's
+    /// [`invoker`] (it may compute for up to its wall-clock limit).
     async fn run_component(
         &self,
         component: target::ComponentTarget,
@@ -1317,14 +1323,16 @@ impl Shared {
         let service = self.service.clone();
         let wall = std::time::Instant::now();
         let span = tracing::Span::current();
-        let ran = tokio::task::spawn_blocking(move || {
-            let _entered = span.enter();
-            let actor = service.component_actor(&component.installation)?;
-            with_cause(cause, || {
-                plugins.invoke(&service, actor, &component.plugin.manifest, &event)
+        let ran = self
+            .invoker
+            .run(move || {
+                let _entered = span.enter();
+                let actor = service.component_actor(&component.installation)?;
+                with_cause(cause, || {
+                    plugins.invoke(&service, actor, &component.plugin.manifest, &event)
+                })
             })
-        })
-        .await;
+            .await;
         let took = wall.elapsed();
         let mut outcome = crate::model::delivery::Outcome::unsent(started, String::new());
         outcome.duration_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
@@ -1475,7 +1483,9 @@ mod tests {
         let mail = HostMail::new(None, "host@example.com", timeouts.smtp).expect("mail");
         let (recorder, _) = mpsc::unbounded_channel();
         let fair = Fair::new(64, 8, 8);
-        let shared = Shared::new(service, timeouts, mail, None, fair, recorder).expect("shared");
+        let invoker = invoker::Invoker::for_components(8);
+        let shared =
+            Shared::new(service, timeouts, mail, None, fair, recorder, invoker).expect("shared");
         (Arc::new(shared), dir)
     }
 
@@ -1499,6 +1509,7 @@ mod tests {
             None,
             fair.clone(),
             recorder,
+            invoker::Invoker::for_components(8),
         )
         .expect("shared");
         let first = shared.first.attempts();

@@ -329,7 +329,7 @@ impl Plugins {
     }
 
     /// Delivers `event` to a fresh instance of the installation's plugin. Blocking: call it from
-    /// a blocking thread.
+    /// a thread that may block (the engine's invoker, or a blocking thread).
     pub fn invoke(
         &self,
         service: &Service,

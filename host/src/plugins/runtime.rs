@@ -28,7 +28,8 @@ const HANDLER: &str = "commerce:plugin/handler@";
 /// Engine-wide settings (operator maxima). Per-invocation limits are in [`Limits`].
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
-    /// Instances that may run at the same time (blocking threads); sizes the pool.
+    /// Instances that may run at the same time; sizes the pool, and bounds the engine's component
+    /// invocations in flight and the threads they run on (`delivery/invoker.rs`).
     pub max_concurrent_instances: u32,
     /// Hard cap on any linear memory; `Limits::memory_bytes` must stay below it.
     pub max_memory_bytes: usize,
