@@ -2,8 +2,8 @@
 //! many threads awake as the machine has cores while invocations are queued, each taking the
 //! next one as it finishes, where a thread of tokio's blocking pool per invocation was woken
 //! for it and went back to sleep after it (two context switches and a futex call or two an
-//! event: the twenty-second pass measured the component backlog about 15–20 % faster without
-//! them).
+//! event: without them the twenty-second pass measured the component backlog 17–24 % faster,
+//! medians of alternated runs, see PERFORMANCE.md).
 //!
 //! An invocation may hold its thread until its wall-clock limit (a guest computing, or waiting
 //! in a host call); the ones queued behind must not wait for it. A thread counts as awake only
