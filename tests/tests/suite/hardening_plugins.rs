@@ -190,6 +190,58 @@ async fn sleeping_components_in_eight_stores_do_not_hold_up_webhooks() {
 }
 
 #[tokio::test]
+async fn sleeping_components_in_four_stores_do_not_hold_up_another_stores_component() {
+    // Invocations run on the engine's own threads, as many awake as there are cores: sixteen
+    // guests asleep in WASI hold sixteen threads, and another store's component must still run
+    // at once (a pool of as many threads as cores would leave it queued until a deadline).
+    let host = TestHost::start().await;
+    publish_hostile(
+        &host,
+        "sleeper",
+        &["orders.read"],
+        &["plugin.configured"],
+        json!({"timeout_ms": 10000}),
+    )
+    .await;
+    publish_hostile(
+        &host,
+        "quick",
+        &["orders.read"],
+        &["plugin.configured"],
+        json!({}),
+    )
+    .await;
+    let mut sleepers = Vec::new();
+    for s in 0..4 {
+        let store = host.create_store(&format!("sleepy{s}.example")).await;
+        let inst = install_configured(&host, &store, "sleeper", json!({"mode": "sleep"})).await;
+        for n in 1..4 {
+            configure(&host, &store, &inst, json!({"mode": "sleep", "n": n})).await;
+        }
+        sleepers.push((store, inst));
+    }
+    // Their invocations started (each takes a thread and sleeps for its 10 s).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let store = host.create_store("awake.example").await;
+    let inst = install_configured(&host, &store, "quick", json!({"mode": "fail"})).await;
+    let attempt = wait_attempts(&host, &store, &inst, 1).await.remove(0);
+    assert!(
+        attempt["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("on purpose")),
+        "{attempt}"
+    );
+    // Made while every sleeper is still asleep.
+    for (store, inst) in &sleepers {
+        assert!(
+            attempts(&host, store, inst).await.is_empty(),
+            "the component waited for a sleeping one"
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_component_is_not_re_triggered_by_its_own_writes() {
     let host = TestHost::start().await;
     let events = ["customer.created", "customer.updated"];
