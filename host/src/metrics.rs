@@ -86,6 +86,14 @@ pub enum TargetKind {
 }
 
 impl TargetKind {
+    /// Its place in [`EngineSeries`]' arrays.
+    fn index(self) -> usize {
+        match self {
+            Self::Webhook => 0,
+            Self::Component => 1,
+        }
+    }
+
     fn label(self) -> &'static str {
         match self {
             Self::Webhook => "webhook",
@@ -309,7 +317,7 @@ impl Metrics {
 
     /// A delivery attempt reached its target and was recorded.
     pub fn delivery_attempt(&self, target: TargetKind, succeeded: bool, took: Duration) {
-        let kind = target as usize;
+        let kind = target.index();
         let outcome = if succeeded { "succeeded" } else { "failed" };
         let series = &self.engine;
         series.attempts[kind][usize::from(succeeded)]
@@ -329,7 +337,8 @@ impl Metrics {
         self.with(|| counter!(TARGETS_PAUSED, "target" => target.label()).increment(1));
     }
 
-    /// A component invocation ended with `outcome` (see [`invocation_outcome`]).
+    /// A component invocation ended with `outcome` (see
+    /// [`invocation_outcome`](crate::plugins::runtime::invocation_outcome)).
     pub fn component_invocation(&self, outcome: &'static str, took: Duration) {
         let register = || {
             self.with(|| {

@@ -7,11 +7,11 @@
 //!
 //! An invocation may hold its thread until its wall-clock limit (a guest computing, or waiting
 //! in a host call); the ones queued behind must not wait for it. A thread counts as awake only
-//! for [`Invoker::stall`] into its invocation: whoever waits for a result longer than that asks
-//! the pool to look again ([`Invoker::run`]), and the pool wakes (or starts) another thread for
-//! the work queued, up to its bound of threads (the engine's component concurrency). So a
-//! stuck invocation holds up the others by about one `stall` at most, while the pool has
-//! threads left.
+//! for the pool's stall into its invocation ([`COMPONENT_STALL`] for the engine's): whoever
+//! waits for a result longer than that asks the pool to look again ([`Invoker::run`]), and the
+//! pool wakes (or starts) another thread for the work queued, up to its bound of threads (the
+//! engine's component concurrency). So a stuck invocation holds up the others by about one
+//! stall at most, while the pool has threads left.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
