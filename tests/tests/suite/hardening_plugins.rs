@@ -45,6 +45,40 @@ async fn publish_hostile(
     .expect(201);
 }
 
+/// Publishes the `hostile` example plugin as `sleeper`, with a deadline of `timeout_ms`.
+async fn publish_sleeper(host: &TestHost, timeout_ms: u64) {
+    publish_hostile(
+        host,
+        "sleeper",
+        &["orders.read"],
+        &["plugin.configured"],
+        json!({ "timeout_ms": timeout_ms }),
+    )
+    .await;
+}
+
+/// Installs `sleeper` in `stores` new stores and sends each `events` events that put it to
+/// sleep (in WASI, until its deadline); returns each store and installation.
+async fn sleeping(host: &TestHost, stores: usize, events: usize) -> Vec<(String, String)> {
+    let mut sleepers = Vec::new();
+    for s in 0..stores {
+        let store = host.create_store(&format!("sleepy{s}.example")).await;
+        let inst = install_configured(host, &store, "sleeper", json!({"mode": "sleep"})).await;
+        for n in 1..events {
+            configure(host, &store, &inst, json!({"mode": "sleep", "n": n})).await;
+        }
+        sleepers.push((store, inst));
+    }
+    sleepers
+}
+
+/// Asserts that none of `sleepers` has an attempt recorded yet (each still asleep).
+async fn assert_asleep(host: &TestHost, sleepers: &[(String, String)], what: &str) {
+    for (store, inst) in sleepers {
+        assert!(attempts(host, store, inst).await.is_empty(), "{what}");
+    }
+}
+
 /// Installs `plugin` in `store` and sets its settings (which fires `plugin.configured`).
 async fn install_configured(host: &TestHost, store: &str, plugin: &str, settings: Value) -> String {
     let (inst, _) = host.install(store, plugin).await;
@@ -100,14 +134,7 @@ async fn banner_count(host: &TestHost, store: &str) -> usize {
 #[tokio::test]
 async fn a_component_blocked_in_a_wasi_sleep_is_stopped_at_its_deadline() {
     let host = TestHost::start().await;
-    publish_hostile(
-        &host,
-        "sleeper",
-        &["orders.read"],
-        &["plugin.configured"],
-        json!({"timeout_ms": 1000}),
-    )
-    .await;
+    publish_sleeper(&host, 1000).await;
     let store = host.create_store("sleepy.example").await;
     let inst = install_configured(&host, &store, "sleeper", json!({"mode": "sleep"})).await;
     let attempt = wait_attempts(&host, &store, &inst, 1).await.remove(0);
@@ -149,23 +176,8 @@ async fn a_component_reads_the_settings_of_the_moment_at_every_event() {
 async fn sleeping_components_in_eight_stores_do_not_hold_up_webhooks() {
     let host = TestHost::start_for_webhooks(|_| {}).await;
     // The longest deadline there is: without the fixes each of these holds a slot for 60 s.
-    publish_hostile(
-        &host,
-        "sleeper",
-        &["orders.read"],
-        &["plugin.configured"],
-        json!({"timeout_ms": 10000}),
-    )
-    .await;
-    let mut sleepers = Vec::new();
-    for s in 0..8 {
-        let store = host.create_store(&format!("sleepy{s}.example")).await;
-        let inst = install_configured(&host, &store, "sleeper", json!({"mode": "sleep"})).await;
-        for n in 1..8 {
-            configure(&host, &store, &inst, json!({"mode": "sleep", "n": n})).await;
-        }
-        sleepers.push((store, inst));
-    }
+    publish_sleeper(&host, 10000).await;
+    let sleepers = sleeping(&host, 8, 8).await;
 
     let receiver = Receiver::start().await;
     let (_, token) = host.store_with_plugin("awake.example", &ALL_SCOPES).await;
@@ -181,12 +193,12 @@ async fn sleeping_components_in_eight_stores_do_not_hold_up_webhooks() {
     .expect(201);
     receiver.wait_for("/hook", 1, Duration::from_secs(5)).await;
     // Delivered while every sleeper that started is still asleep.
-    for (store, inst) in &sleepers {
-        assert!(
-            attempts(&host, store, inst).await.is_empty(),
-            "the webhook waited for a sleeping component"
-        );
-    }
+    assert_asleep(
+        &host,
+        &sleepers,
+        "the webhook waited for a sleeping component",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -195,14 +207,7 @@ async fn sleeping_components_in_four_stores_do_not_hold_up_another_stores_compon
     // guests asleep in WASI hold sixteen threads, and another store's component must still run
     // at once (a pool of as many threads as cores would leave it queued until a deadline).
     let host = TestHost::start().await;
-    publish_hostile(
-        &host,
-        "sleeper",
-        &["orders.read"],
-        &["plugin.configured"],
-        json!({"timeout_ms": 10000}),
-    )
-    .await;
+    publish_sleeper(&host, 10000).await;
     publish_hostile(
         &host,
         "quick",
@@ -211,15 +216,7 @@ async fn sleeping_components_in_four_stores_do_not_hold_up_another_stores_compon
         json!({}),
     )
     .await;
-    let mut sleepers = Vec::new();
-    for s in 0..4 {
-        let store = host.create_store(&format!("sleepy{s}.example")).await;
-        let inst = install_configured(&host, &store, "sleeper", json!({"mode": "sleep"})).await;
-        for n in 1..4 {
-            configure(&host, &store, &inst, json!({"mode": "sleep", "n": n})).await;
-        }
-        sleepers.push((store, inst));
-    }
+    let sleepers = sleeping(&host, 4, 4).await;
     // Their invocations started (each takes a thread and sleeps for its 10 s).
     tokio::time::sleep(Duration::from_millis(500)).await;
 
@@ -233,12 +230,7 @@ async fn sleeping_components_in_four_stores_do_not_hold_up_another_stores_compon
         "{attempt}"
     );
     // Made while every sleeper is still asleep.
-    for (store, inst) in &sleepers {
-        assert!(
-            attempts(&host, store, inst).await.is_empty(),
-            "the component waited for a sleeping one"
-        );
-    }
+    assert_asleep(&host, &sleepers, "the component waited for a sleeping one").await;
 }
 
 #[tokio::test]
