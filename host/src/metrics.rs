@@ -137,8 +137,9 @@ pub struct Metrics {
 }
 
 /// The `outcome` labels of component invocations (see
-/// [`invocation_outcome`](crate::plugins::runtime::invocation_outcome)).
-const INVOCATION_OUTCOMES: [&str; 9] = [
+/// [`invocation_outcome`](crate::plugins::runtime::invocation_outcome), whose test checks that
+/// each label it gives is here).
+pub(crate) const INVOCATION_OUTCOMES: [&str; 9] = [
     "ok",
     "handler_error",
     "trap",

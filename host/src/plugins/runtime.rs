@@ -574,11 +574,14 @@ mod tests {
             (Failure::Trap("unreachable".into()), "trap"),
             (Failure::Instantiate("pool full".into()), "instantiate"),
         ];
+        let listed = |label: &str| crate::metrics::INVOCATION_OUTCOMES.contains(&label);
         for (failure, label) in cases {
             assert_eq!(failure_outcome(&failure), label, "{failure}");
             assert_eq!(invocation_outcome(Some(&Err(failure))), label);
+            assert!(listed(label), "{label} has its metric series kept");
         }
         assert_eq!(invocation_outcome(Some(&Ok(()))), "ok");
         assert_eq!(invocation_outcome(None), "host_error");
+        assert!(listed("ok") && listed("host_error"));
     }
 }
