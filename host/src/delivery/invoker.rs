@@ -8,12 +8,14 @@
 //! An invocation may hold its thread until its wall-clock limit (a guest computing, or waiting
 //! in a host call); the ones queued behind must not wait for it. A thread counts as awake only
 //! for the pool's stall into its invocation ([`COMPONENT_STALL`] for the engine's): whoever
-//! waits for a result longer than that asks the pool to look again ([`Invoker::run`]), and the
+//! waits longer than that for an invocation still queued asks the pool to look again
+//! ([`Invoker::run`]; once a thread has taken it, only its result is waited for), and the
 //! pool wakes (or starts) another thread for the work queued, up to its bound of threads (the
 //! engine's component concurrency). So a stuck invocation holds up the others by about one
 //! stall at most, while the pool has threads left.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -62,6 +64,9 @@ struct State {
     /// Slots of threads that ended, for the next ones.
     free_slots: Vec<usize>,
     stopping: bool,
+    /// Looks again asked by callers still waiting (for tests).
+    #[cfg(test)]
+    looks: usize,
 }
 
 impl std::fmt::Debug for State {
@@ -106,16 +111,22 @@ impl Invoker {
     }
 
     /// Runs `f` on a thread of the pool and waits for its result, asking the pool to look again
-    /// at each [`Invoker::new`]'s `stall` it waits (see the module's doc). A panic in `f` is
+    /// at each [`Invoker::new`]'s `stall` it waits while `f` is still queued (see the module's
+    /// doc). A panic in `f` is
     /// caught on its thread and returns [`NoResult`].
     pub async fn run<R: Send + 'static>(
         &self,
         f: impl FnOnce() -> R + Send + 'static,
     ) -> Result<R, NoResult> {
         let (send, mut result) = tokio::sync::oneshot::channel();
+        // Set by the thread that takes the job: from then on its result is all there is to
+        // wait for (a job held up for seconds must not have its caller look every `stall`).
+        let taken = Arc::new(AtomicBool::new(false));
         {
+            let taken = taken.clone();
             let mut state = self.shared.lock();
             state.queue.push_back(Box::new(move || {
+                taken.store(true, Ordering::Release);
                 let _ = send.send(f());
             }));
             self.shared.wake_for_queue(&mut state);
@@ -123,7 +134,17 @@ impl Invoker {
         loop {
             match tokio::time::timeout(self.shared.stall, &mut result).await {
                 Ok(got) => return got.map_err(|_| NoResult),
-                Err(_) => self.shared.wake_for_queue(&mut self.shared.lock()),
+                Err(_) if taken.load(Ordering::Acquire) => {
+                    return result.await.map_err(|_| NoResult);
+                }
+                Err(_) => {
+                    let mut state = self.shared.lock();
+                    #[cfg(test)]
+                    {
+                        state.looks += 1;
+                    }
+                    self.shared.wake_for_queue(&mut state);
+                }
             }
         }
     }
@@ -340,6 +361,20 @@ mod tests {
         assert_eq!(pool.threads(), 2);
         release.send(()).expect("release");
         assert!(stuck.await.expect("task").is_ok());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_caller_whose_job_is_running_waits_for_its_result_without_looking_again() {
+        // A job held for 100 stalls: its caller looks again at most once (the stall it took to
+        // see the job taken), where one that looked each stall would have looked about 100
+        // times.
+        let pool = Arc::new(Invoker::new(4, 1, Duration::from_millis(1)));
+        let (release, job) = held(&pool).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        release.send(()).expect("release");
+        assert!(job.await.expect("task").is_ok());
+        let looks = pool.shared.lock().looks;
+        assert!(looks <= 1, "looked again {looks} times while its job ran");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
