@@ -315,7 +315,7 @@ fn fan_out_listed(
 }
 
 /// Up to `limit` outbox entries from the head, those `first` holds passed over (read as stored,
-/// not decoded, a page of up to [`HELD_PAGE`] at a time), and whether more may follow.
+/// not decoded, a page at a time: see [`next_page`]), and whether more may follow.
 fn list_outbox(
     db: &Db,
     limit: usize,
@@ -332,11 +332,14 @@ fn list_outbox(
     loop {
         let read = db.list_raw(OUTBOX_PREFIX, after.as_deref(), page)?;
         let full = read.len() == page;
+        let mut held = 0;
         for (key, bytes) in read {
             if listed.len() == limit {
                 return Ok((listed, true));
             }
-            if !first.held(&key) {
+            if first.held(&key) {
+                held += 1;
+            } else {
                 let entry = Db::decode(&key, &bytes)?;
                 listed.push((key.clone(), entry));
             }
@@ -351,12 +354,22 @@ fn list_outbox(
         if listed.len() == limit {
             return Ok((listed, true));
         }
-        page = HELD_PAGE;
+        page = next_page(limit - listed.len(), held);
     }
 }
 
-/// Outbox entries read at a time past the first page, where most are held (see [`list_outbox`]).
+/// Outbox entries read at a time at most past the first page (see [`next_page`]).
 const HELD_PAGE: usize = 2048;
+
+/// How many entries the next page of [`list_outbox`] reads, when `need` more are wanted and the
+/// last page passed over `held` entries that the engine holds: the entries wanted and as many
+/// again as the last page held, so that a run of held entries is read past in pages that grow
+/// (up to [`HELD_PAGE`]), and a page that was short of a few reads about that many more. (A
+/// fixed page of [`HELD_PAGE`] read 2 048 entries to fill the last places of a listing: in a
+/// backlog of 10 000 component events, 44 500 entries read for 11 000 events listed.)
+fn next_page(need: usize, held: usize) -> usize {
+    need.saturating_add(held).min(HELD_PAGE).max(need)
+}
 
 /// A call's heavy events: deliveries made in committed transactions, and those of the events
 /// read and waiting for theirs.
@@ -1193,6 +1206,87 @@ pub(crate) mod tests {
                 return taken;
             }
         }
+    }
+
+    /// The engine's side of a listing, for [`list_outbox`] alone: the entries it holds, and
+    /// where the listing starts.
+    #[derive(Default)]
+    struct Holding {
+        held: std::collections::BTreeSet<String>,
+        cursor: std::sync::Mutex<Option<String>>,
+    }
+
+    impl FirstAttempts for Holding {
+        fn held(&self, key: &str) -> bool {
+            self.held.contains(key)
+        }
+        fn suspect(&self, _: &str) -> bool {
+            false
+        }
+        fn room(&self) -> usize {
+            0
+        }
+        fn take_done(&self) -> Vec<String> {
+            Vec::new()
+        }
+        fn removed(&self, _: Vec<String>, _: bool) {}
+        fn kept_mark(&self) -> Option<String> {
+            None
+        }
+        fn kept_up_to(&self, _: String) {}
+        fn listed_from(&self) -> Option<String> {
+            self.cursor.lock().expect("cursor").clone()
+        }
+        fn list_next_after(&self, key: Option<String>) {
+            *self.cursor.lock().expect("cursor") = key;
+        }
+    }
+
+    #[test]
+    fn a_listing_reads_past_held_entries_in_growing_pages_and_only_a_few_more_for_its_last_places()
+    {
+        // A run of held entries: pages grow by what the last one held, up to the most.
+        assert_eq!(next_page(256, 256), 512);
+        assert_eq!(next_page(256, 512), 768);
+        assert_eq!(next_page(256, 2048), HELD_PAGE);
+        // A page short of a few: about that many more, not a page of the most.
+        assert_eq!(next_page(1, 1), 2);
+        assert_eq!(next_page(3, 0), 3);
+        // Never fewer than wanted.
+        assert_eq!(next_page(HELD_PAGE + 10, 5), HELD_PAGE + 10);
+
+        let (service, _clock, _dir) = with_hooked_plugin();
+        let store = service.create_store("held.example").expect("store");
+        for n in 0..700 {
+            paid(&service, &store, n);
+        }
+        let all = keys(&service, OUTBOX_PREFIX);
+        // Held: the first 600 but every hundredth, the way the engine's first attempts leave
+        // entries behind; the listing reads past them and lists the others, in order.
+        let holding = Holding {
+            held: all[..600]
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| i % 100 != 99)
+                .map(|(_, k)| k.clone())
+                .collect(),
+            ..Holding::default()
+        };
+        let free: Vec<&String> = all.iter().filter(|k| !holding.held.contains(*k)).collect();
+        assert_eq!(free.len(), 6 + 100);
+        let (listed, full) = list_outbox(&service.db, 50, Some(&holding)).expect("list");
+        let listed: Vec<&String> = listed.iter().map(|(k, _)| k).collect();
+        assert_eq!(listed, free[..50], "the entries not held, in order");
+        assert!(full, "more follow");
+        let (whole, full) = list_outbox(&service.db, 256, Some(&holding)).expect("list");
+        let whole: Vec<&String> = whole.iter().map(|(k, _)| k).collect();
+        assert_eq!(whole, free, "read to the end");
+        assert!(!full);
+        assert_eq!(
+            holding.listed_from().as_ref(),
+            all.last(),
+            "the next listing reads on from the last entry"
+        );
     }
 
     /// The keys of the records under `prefix`.
