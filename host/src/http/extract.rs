@@ -46,6 +46,24 @@ impl<T: serde::Serialize> axum::response::IntoResponse for Json<T> {
     }
 }
 
+/// An answer already serialized as JSON (see [`crate::service::answers`]), sent as it is, as
+/// [`Json`] sends one.
+#[derive(Debug, Clone)]
+pub struct JsonAnswer(pub crate::service::answers::Answer);
+
+impl axum::response::IntoResponse for JsonAnswer {
+    fn into_response(self) -> axum::response::Response {
+        (
+            [(
+                CONTENT_TYPE,
+                axum::http::HeaderValue::from_static("application/json"),
+            )],
+            Bytes::from_owner(self.0),
+        )
+            .into_response()
+    }
+}
+
 /// The most a worker thread keeps of its serialization buffer between responses.
 const KEPT_BUFFER_BYTES: usize = 256 << 10;
 

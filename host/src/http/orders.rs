@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 
 use super::AppState;
-use super::extract::{Caller, Json, Query, path_id};
+use super::extract::{Caller, Json, JsonAnswer, Query, path_id};
 use super::middleware::ErrorResponse;
 use crate::model::error::Result;
 use crate::model::ids::OrderId;
@@ -59,8 +59,10 @@ pub async fn get_order(
     state: axum::extract::State<AppState>,
     Caller(actor): Caller,
     Path(id): Path<String>,
-) -> Reply<Order> {
-    Ok(Json(state.service.order(&actor, &order_id(&id)?)?))
+) -> Result<JsonAnswer> {
+    Ok(JsonAnswer(
+        state.service.order_answer(&actor, &order_id(&id)?)?,
+    ))
 }
 
 /// Create a draft or live order; fires `order.created`. Accepts `Idempotency-Key`. Scope `orders.write`.

@@ -179,10 +179,13 @@ pub struct Order {
     pub cancel_reason: Option<String>,
 }
 
+/// Prefix of every order record's key.
+pub const ORDER_PREFIX: &str = "order/";
+
 impl Order {
-    /// Key of an order record.
+    /// Key of an order record (under [`ORDER_PREFIX`]).
     pub fn key(store: &StoreId, id: &OrderId) -> String {
-        format!("order/{store}/{id}")
+        format!("{ORDER_PREFIX}{store}/{id}")
     }
 
     pub fn line_index(&self, id: &LineItemId) -> Option<usize> {

@@ -400,6 +400,67 @@ async fn customers_are_created_read_updated_deleted_with_their_events() {
 }
 
 #[tokio::test]
+async fn an_orders_answer_follows_every_change_and_shows_each_caller_what_its_scopes_allow() {
+    let shop = Shop::open().await;
+    // A second installation in the same store that may read orders but not customers.
+    shop.host.publish("no-contact", &["orders.read"]).await;
+    let (_, limited) = shop.host.install(&shop.store, "no-contact").await;
+    let customer = shop.customer("ada@example.com").await;
+    let order = shop
+        .call(
+            Method::POST,
+            "/v1/orders",
+            Some(json!({
+                "currency": "EUR", "customer_id": customer["id"],
+                "line_items": [{"title": "Mug", "unit_price": 1250, "quantity": 2}],
+            })),
+        )
+        .await
+        .expect(201)
+        .body;
+    let path = format!("/v1/orders/{}", order["id"].as_str().expect("id"));
+    let read = |token: String| {
+        let (host, path) = (&shop.host, path.clone());
+        async move {
+            host.call(&token, Method::GET, &path, None)
+                .await
+                .expect(200)
+                .body
+        }
+    };
+    // Read twice each (the second from what the first kept, on one host), in turns: each
+    // caller gets its own view, and the same answer as the order the write returned.
+    for _ in 0..2 {
+        assert_eq!(read(shop.token.clone()).await, order);
+        let seen = read(limited.clone()).await;
+        assert_eq!(seen["email"], Value::Null, "no customers.read, no email");
+        assert_eq!(seen["id"], order["id"]);
+    }
+    // Every change is in the next answer, to both callers.
+    let patched = shop
+        .call(
+            Method::PATCH,
+            &path,
+            Some(json!({"note": "gift", "tags": ["vip"]})),
+        )
+        .await
+        .expect(200)
+        .body;
+    assert_eq!(read(shop.token.clone()).await, patched);
+    assert_eq!(read(limited.clone()).await["note"], "gift");
+    shop.host.pay(&shop.store, &order).await.expect(200);
+    assert_eq!(read(shop.token.clone()).await["financial_status"], "paid");
+    assert_eq!(read(limited.clone()).await["financial_status"], "paid");
+    // Another store's token does not find it.
+    let (_, other) = shop
+        .host
+        .store_with_plugin("other.example", &ALL_SCOPES)
+        .await;
+    let missing = shop.host.call(&other, Method::GET, &path, None).await;
+    assert_eq!(missing.status, 404);
+}
+
+#[tokio::test]
 async fn an_order_goes_from_placed_to_paid_fulfilled_and_refunded() {
     let shop = Shop::open().await;
     let product = shop.product(10, None).await;
