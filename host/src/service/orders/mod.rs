@@ -308,7 +308,7 @@ impl Service {
     }
 
     /// [`Service::order`] as the JSON `GET /v1/orders/{id}` answers, kept for the next request
-    /// while the store's orders do not change (see [`answers`](super::answers)).
+    /// while no order changes (see [`answers`](super::answers)).
     pub fn order_answer(&self, actor: &Actor, id: &OrderId) -> Result<super::answers::Answer> {
         actor.require(Scope::OrdersRead)?;
         let key = Order::key(actor.store_id(), id);
@@ -444,7 +444,8 @@ impl Service {
 impl Order {
     /// The order as `actor` may see it: the buyer's email is customer data, shown only with
     /// `customers.read` (an `orders.write` token must not read a customer's email by attaching
-    /// the customer to a draft).
+    /// the customer to a draft). [`Service::order_answer`] keeps an answer for each view this
+    /// makes (by `customers.read`): what else this comes to depend on, its key must name too.
     pub fn for_actor(mut self, actor: &Actor) -> Order {
         if !actor.scopes.contains(&Scope::CustomersRead) {
             self.email = None;
