@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 
 use super::AppState;
-use super::extract::{Caller, Json, Query, path_id};
+use super::extract::{Caller, Json, JsonAnswer, Query, path_id};
 use super::middleware::ErrorResponse;
 use crate::model::customer::{CreateCustomer, Customer, CustomerFilter, UpdateCustomer};
 use crate::model::error::Result;
@@ -55,8 +55,10 @@ pub async fn get_customer(
     State(app): State<AppState>,
     Caller(actor): Caller,
     Path(id): Path<String>,
-) -> Result<Json<Customer>> {
-    Ok(Json(app.service.customer(&actor, &customer_id(&id)?)?))
+) -> Result<JsonAnswer> {
+    Ok(JsonAnswer(
+        app.service.customer_answer(&actor, &customer_id(&id)?)?,
+    ))
 }
 
 /// Create a customer (an email or a phone is required; emails are unique in the store); fires

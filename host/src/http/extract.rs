@@ -32,18 +32,24 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T> {
 impl<T: serde::Serialize> axum::response::IntoResponse for Json<T> {
     fn into_response(self) -> axum::response::Response {
         match to_json_body(&self.0) {
-            Ok(body) => (
-                [(
-                    CONTENT_TYPE,
-                    axum::http::HeaderValue::from_static("application/json"),
-                )],
-                body,
-            )
-                .into_response(),
+            Ok(body) => json_response(body),
             Err(e) => Error::Internal(anyhow::Error::new(e).context("serializing the response"))
                 .into_response(),
         }
     }
+}
+
+/// A JSON body as a response, with the content type every JSON answer has.
+fn json_response(body: Bytes) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    (
+        [(
+            CONTENT_TYPE,
+            axum::http::HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
 }
 
 /// An answer already serialized as JSON (see [`crate::service::answers`]), sent as it is, as
@@ -53,14 +59,7 @@ pub struct JsonAnswer(pub crate::service::answers::Answer);
 
 impl axum::response::IntoResponse for JsonAnswer {
     fn into_response(self) -> axum::response::Response {
-        (
-            [(
-                CONTENT_TYPE,
-                axum::http::HeaderValue::from_static("application/json"),
-            )],
-            Bytes::from_owner(self.0),
-        )
-            .into_response()
+        json_response(Bytes::from_owner(self.0))
     }
 }
 

@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, patch, post};
 
 use super::AppState;
-use super::extract::{Caller, Json, Query, path_id};
+use super::extract::{Caller, Json, JsonAnswer, Query, path_id};
 use super::middleware::ErrorResponse;
 use crate::model::error::Result;
 use crate::model::ids::ProductId;
@@ -55,8 +55,10 @@ pub async fn get_product(
     State(app): State<AppState>,
     Caller(actor): Caller,
     Path(id): Path<String>,
-) -> Result<Json<Product>> {
-    Ok(Json(app.service.product(&actor, &product_id(&id)?)?))
+) -> Result<JsonAnswer> {
+    Ok(JsonAnswer(
+        app.service.product_answer(&actor, &product_id(&id)?)?,
+    ))
 }
 
 /// Create a product (`active` by default, which publishes it and fires `product.created`).

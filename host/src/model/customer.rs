@@ -85,10 +85,13 @@ pub struct Customer {
     pub updated_at: Timestamp,
 }
 
+/// Prefix of every customer record's key.
+pub const CUSTOMER_PREFIX: &str = "customer/";
+
 impl Customer {
     /// Key of a customer record.
     pub fn key(store: &StoreId, id: &CustomerId) -> String {
-        format!("customer/{store}/{id}")
+        format!("{CUSTOMER_PREFIX}{store}/{id}")
     }
 
     pub fn email_key(store: &StoreId, email: &str) -> String {

@@ -89,10 +89,13 @@ pub struct Product {
     pub updated_at: Timestamp,
 }
 
+/// Prefix of every product record's key.
+pub const PRODUCT_PREFIX: &str = "product/";
+
 impl Product {
     /// Key of a product record.
     pub fn key(store: &StoreId, id: &ProductId) -> String {
-        format!("product/{store}/{id}")
+        format!("{PRODUCT_PREFIX}{store}/{id}")
     }
 
     pub fn variant_index_key(store: &StoreId, id: &VariantId) -> String {

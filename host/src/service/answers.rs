@@ -1,9 +1,10 @@
-//! Answers to reads of one record, kept as the JSON they were sent as: `GET /v1/orders/{id}`
-//! read the order, decoded it and encoded it again for every request, and that was most of what
-//! the request cost beyond HTTP (in the api bench's profile, 7.8 % of the process in the read,
-//! 6.3 % of it decoding the JSON, and about 1.5 % encoding the answer). A kept answer is sent as
-//! it is: 42 → 33.5 µs of CPU a request (client and host, medians of 8 alternated runs; see
-//! PERFORMANCE.md, the twenty-third pass).
+//! Answers to reads of one record, kept as the JSON they were sent as: the `GET`s of one order,
+//! product or customer ([`RecordAnswers`]). `GET /v1/orders/{id}` read the order, decoded it and
+//! encoded it again for every request, and that was most of what the request cost beyond HTTP
+//! (in the api bench's profile, 7.8 % of the process in the read, 6.3 % of it decoding the
+//! JSON, and about 1.5 % encoding the answer). A kept answer is sent as it is: 42 → 33.5 µs of
+//! CPU a request (client and host, medians of 8 alternated runs; see PERFORMANCE.md, the
+//! twenty-third pass).
 //!
 //! Validity is the generation of a [`Changes`] watch on the records' prefix, as for the auth cache
 //! (`auth_cache.rs`): storage moves it on after every committed transaction that writes or removes
@@ -22,12 +23,68 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::model::error::Result;
-use crate::storage::{Changes, Copied};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
-/// Answers kept at most, and their bytes at most (whichever comes first): past either, every
-/// kept answer is dropped and keeping starts again, so that the ones read now are kept.
-pub const CAPACITY: (usize, usize) = (4096, 16 << 20);
+use super::Service;
+use crate::model::error::{Error, Result};
+use crate::storage::{Changes, Copied, Db};
+
+/// Answers kept at most of one kind of record, and their bytes at most (whichever comes first):
+/// past either, every kept answer of the kind is dropped and keeping starts again, so that the
+/// ones read now are kept.
+pub const CAPACITY: (usize, usize) = (4096, 8 << 20);
+
+/// The kept answers of the `GET`s of one record, each kind under a watch of its own, so that a
+/// change of a product (its stock, at every order) does not drop the customers' answers.
+#[derive(Debug)]
+pub struct RecordAnswers {
+    /// `GET /v1/orders/{id}`.
+    pub orders: Answers,
+    /// `GET /v1/products/{id}`.
+    pub products: Answers,
+    /// `GET /v1/customers/{id}`.
+    pub customers: Answers,
+}
+
+impl RecordAnswers {
+    /// Answers kept over `db` where it has one host (see the module's doc), none where hosts
+    /// share it.
+    pub fn new(db: &Db) -> Self {
+        let kind =
+            |prefix: &str| Answers::new((!db.is_shared()).then(|| db.watch(&[prefix])), CAPACITY);
+        Self {
+            orders: kind(crate::model::order::ORDER_PREFIX),
+            products: kind(crate::model::product::PRODUCT_PREFIX),
+            customers: kind(crate::model::customer::CUSTOMER_PREFIX),
+        }
+    }
+}
+
+impl Service {
+    /// The record at `key` as the JSON its `GET` answers, `show` making of it what the caller
+    /// may see (`view` names that view, `""` when every caller sees the same), kept in `answers`
+    /// for the next request (see the module's doc). `None` when there is no record.
+    pub(crate) fn record_answer<T: DeserializeOwned + Serialize>(
+        &self,
+        answers: &Answers,
+        key: String,
+        view: &str,
+        show: impl FnOnce(T) -> T,
+    ) -> Result<Option<Answer>> {
+        let record = key.len();
+        let mut kept_as = key;
+        kept_as.push_str(view);
+        answers.get_or_make(&kept_as, || {
+            let Some(value) = self.db.read::<T>(&kept_as[..record])? else {
+                return Ok(None);
+            };
+            serde_json::to_vec(&show(value))
+                .map(Some)
+                .map_err(|e| Error::Internal(anyhow::Error::new(e).context("the answer")))
+        })
+    }
+}
 
 /// An answer as sent: JSON.
 pub type Answer = Arc<[u8]>;

@@ -145,6 +145,19 @@ impl Service {
         self.customer_record(actor.store_id(), id)
     }
 
+    /// [`Service::customer`] as the JSON `GET /v1/customers/{id}` answers, kept for the next
+    /// request while no customer changes (see [`answers`](super::answers)).
+    pub fn customer_answer(
+        &self,
+        actor: &Actor,
+        id: &CustomerId,
+    ) -> Result<super::answers::Answer> {
+        actor.require(Scope::CustomersRead)?;
+        let key = Customer::key(actor.store_id(), id);
+        self.record_answer(&self.answers.customers, key, "", |c: Customer| c)?
+            .ok_or_else(|| Error::not_found("customer", id))
+    }
+
     /// A customer record, without a scope check: for rules that need the record but do not show
     /// it (resolving `customer:<id>` recipients, orders referring to customers).
     pub(crate) fn customer_record(&self, store: &StoreId, id: &CustomerId) -> Result<Customer> {

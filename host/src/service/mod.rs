@@ -89,8 +89,8 @@ pub struct Inner {
     pub public_url: String,
     /// This host's metrics registry (`GET /metrics`).
     pub metrics: crate::metrics::Metrics,
-    /// Answers of `GET /v1/orders/{id}`, as sent (see [`answers`]).
-    pub order_answers: answers::Answers,
+    /// Answers of the `GET`s of one order, product or customer, as sent (see [`answers`]).
+    pub answers: answers::RecordAnswers,
 }
 
 /// Settings of the service beyond storage and time.
@@ -163,9 +163,7 @@ impl Service {
             .map_err(|e| anyhow::anyhow!("the stored cursor secret is corrupt: {e}"))?;
         let auth_changes = db.watch(&auth_cache::WATCHED);
         let target_changes = db.watch(&deliveries::index::WATCHED);
-        // Kept answers only where this host commits every change (see `answers`).
-        let order_changes =
-            (!db.is_shared()).then(|| db.watch(&[crate::model::order::ORDER_PREFIX]));
+        let answers = answers::RecordAnswers::new(&db);
         let limiter = ratelimit::RateLimiter::new(db.is_shared().then(|| db.clone()));
         // Time-ordered (the start in µs, then random), so a host's later boot sorts after its
         // earlier ones.
@@ -215,7 +213,7 @@ impl Service {
                     options.public_url.trim_end_matches('/').to_owned()
                 },
                 metrics: crate::metrics::Metrics::new(),
-                order_answers: answers::Answers::new(order_changes, answers::CAPACITY),
+                answers,
             }),
         })
     }

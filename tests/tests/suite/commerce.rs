@@ -461,6 +461,73 @@ async fn an_orders_answer_follows_every_change_and_shows_each_caller_what_its_sc
 }
 
 #[tokio::test]
+async fn a_products_and_a_customers_answers_follow_every_change() {
+    let shop = Shop::open().await;
+    let product = shop.product(10, None).await;
+    let product_path = format!("/v1/products/{}", product["id"].as_str().expect("id"));
+    let read = |path: String| {
+        let shop = &shop;
+        async move { shop.call(Method::GET, &path, None).await }
+    };
+    // Twice (the second from what the first kept, on one host), as the write returned it.
+    for _ in 0..2 {
+        assert_eq!(read(product_path.clone()).await.expect(200).body, product);
+    }
+    // Its stock, changed through another record's route, an order and a patch of it.
+    shop.call(
+        Method::POST,
+        "/v1/inventory/adjust",
+        Some(json!({"variant_id": variant_id(&product), "delta": -4})),
+    )
+    .await
+    .expect(200);
+    let seen = read(product_path.clone()).await.expect(200).body;
+    assert_eq!(seen["variants"][0]["inventory_quantity"], 6);
+    shop.call(
+        Method::POST,
+        "/v1/orders",
+        Some(json!({"currency": "EUR",
+        "line_items": [{"variant_id": variant_id(&product), "quantity": 1}]})),
+    )
+    .await
+    .expect(201);
+    let seen = read(product_path.clone()).await.expect(200).body;
+    assert_eq!(seen["variants"][0]["inventory_quantity"], 5);
+    // A patch is in the next answer, as the patch returned the record.
+    let patched_then_read = |path: String, body: Value| {
+        let shop = &shop;
+        async move {
+            let patched = shop.call(Method::PATCH, &path, Some(body)).await;
+            let read = shop.call(Method::GET, &path, None).await;
+            assert_eq!(read.expect(200).body, patched.expect(200).body, "{path}");
+        }
+    };
+    patched_then_read(product_path.clone(), json!({"title": "Big mug"})).await;
+
+    let customer = shop.customer("ada@example.com").await;
+    let customer_path = format!("/v1/customers/{}", customer["id"].as_str().expect("id"));
+    for _ in 0..2 {
+        assert_eq!(read(customer_path.clone()).await.expect(200).body, customer);
+    }
+    patched_then_read(customer_path.clone(), json!({"first_name": "Grace"})).await;
+    shop.call(Method::DELETE, &customer_path, None)
+        .await
+        .expect(204);
+    assert_eq!(read(customer_path.clone()).await.status, 404);
+    // Another store's token does not find either.
+    let (_, other) = shop
+        .host
+        .store_with_plugin("other.example", &ALL_SCOPES)
+        .await;
+    for path in [&product_path, &customer_path] {
+        assert_eq!(
+            shop.host.call(&other, Method::GET, path, None).await.status,
+            404
+        );
+    }
+}
+
+#[tokio::test]
 async fn an_order_goes_from_placed_to_paid_fulfilled_and_refunded() {
     let shop = Shop::open().await;
     let product = shop.product(10, None).await;

@@ -311,7 +311,6 @@ impl Service {
     /// while no order changes (see [`answers`](super::answers)).
     pub fn order_answer(&self, actor: &Actor, id: &OrderId) -> Result<super::answers::Answer> {
         actor.require(Scope::OrdersRead)?;
-        let key = Order::key(actor.store_id(), id);
         // What the answer depends on besides the record: whether the caller sees the customer's
         // email (`Order::for_actor`).
         let view = if actor.scopes.contains(&Scope::CustomersRead) {
@@ -319,16 +318,11 @@ impl Service {
         } else {
             "#no-customer"
         };
-        self.order_answers
-            .get_or_make(&format!("{key}{view}"), || {
-                let Some(order) = self.db.read::<Order>(&key)? else {
-                    return Ok(None);
-                };
-                serde_json::to_vec(&order.for_actor(actor))
-                    .map(Some)
-                    .map_err(|e| Error::Internal(anyhow::Error::new(e).context("the order")))
-            })?
-            .ok_or_else(|| Error::not_found("order", id))
+        let key = Order::key(actor.store_id(), id);
+        self.record_answer(&self.answers.orders, key, view, |o: Order| {
+            o.for_actor(actor)
+        })?
+        .ok_or_else(|| Error::not_found("order", id))
     }
 
     /// Orders, newest first, filtered.

@@ -135,6 +135,19 @@ impl Service {
             .ok_or_else(|| Error::not_found("product", id))
     }
 
+    /// [`Service::product`] as the JSON `GET /v1/products/{id}` answers, kept for the next
+    /// request while no product changes (see [`answers`](crate::service::answers)).
+    pub fn product_answer(
+        &self,
+        actor: &Actor,
+        id: &ProductId,
+    ) -> Result<crate::service::answers::Answer> {
+        actor.require(Scope::ProductsRead)?;
+        let key = Product::key(actor.store_id(), id);
+        self.record_answer(&self.answers.products, key, "", |p: Product| p)?
+            .ok_or_else(|| Error::not_found("product", id))
+    }
+
     /// Products with their variants, newest first.
     pub fn list_products(
         &self,
