@@ -19,7 +19,7 @@
 //! Messages and the host's mail draw from a third pool, bounded ([`MESSAGE_CONCURRENCY`]) but not
 //! shared out: they were never shared between stores, and a merchant's own sender carries them.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};

@@ -13,7 +13,9 @@
 //! fanned out again, finding the deliveries it made and queuing those still pending, and making
 //! those never written ([`FirstAttempts::suspect`]).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
+
+use foldhash::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use jiff::Timestamp;

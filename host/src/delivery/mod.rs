@@ -31,7 +31,7 @@ mod recent;
 pub mod smtp;
 pub mod webhook;
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -8,7 +8,9 @@
 //! passes over, not the length of a backlog that one target holds in front of another's entry.
 
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, btree_map, btree_set};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, btree_map, btree_set};
+
+use foldhash::HashMap;
 
 /// The ready entries of one lane (see the module's documentation).
 #[derive(Debug, Default)]

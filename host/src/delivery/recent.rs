@@ -8,7 +8,9 @@
 //! deliveries behind, so the events of that many deliveries are kept (a cache that was emptied
 //! whenever it held 1 024 events made the attempts of a deeper backlog read each event again).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use foldhash::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::model::event::Event;

@@ -1,8 +1,11 @@
 //! The embedded backend: one sled tree, serializable transactions (the engine's optimistic, see
 //! [`SledStorage::transact_optimistic`]).
 
+// The transaction's own maps hash with foldhash (seeded per process) rather than SipHash: a
+// transaction holds a bounded number of keys, so even keys a client chose (an idempotency key)
+// cannot make a long chain out of them.
+use foldhash::HashMap;
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::Arc;
@@ -123,8 +126,8 @@ impl<'a> Overlay<'a> {
     fn new(tree: &'a sled::Tree) -> Self {
         Self {
             tree,
-            reads: HashMap::new(),
-            writes: HashMap::new(),
+            reads: HashMap::default(),
+            writes: HashMap::default(),
         }
     }
 
