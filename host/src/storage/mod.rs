@@ -49,8 +49,10 @@ pub trait Storage: Send + Sync + 'static {
     ) -> Result<Vec<Entry>>;
 
     /// Runs `f` as one atomic transaction: every write it makes is committed together or not at
-    /// all, and reads see a consistent state (the backend may run `f` again after a conflict, so
-    /// `f` must have no effects outside the transaction). An error from `f` aborts it.
+    /// all, and the run that commits saw a consistent state (the backend may run `f` again after
+    /// a conflict, so `f` must have no effects outside the transaction; on sled a run may read
+    /// half of another transaction's writes, and is then run again, neither committed nor its
+    /// error returned). An error from `f` aborts it.
     fn transact(&self, f: &mut dyn FnMut(&mut dyn Txn) -> Result<()>) -> Result<()>;
 
     /// As [`Storage::transact`], for a transaction that builds many records and that few
@@ -376,9 +378,10 @@ impl Db {
             touched = tx.touched;
             Ok(())
         };
-        // The engine's bookkeeping runs optimistically. Requests' writes do not, durable or not:
-        // one runs per client at once, and on sled they were measured slower that way (the
-        // README's twelfth pass).
+        // The engine's bookkeeping runs with `transact_optimistic`'s weaker promise (PostgreSQL:
+        // `REPEATABLE READ`); requests' writes, durable or not, serializable. On sled both run
+        // optimistically and share their commits (`sled_store.rs`; checked reads, so both are
+        // serializable there).
         match kind {
             Kind::Bookkeeping => self.inner.transact_optimistic(&mut body)?,
             Kind::Request { .. } => self.inner.transact(&mut body)?,
