@@ -148,7 +148,8 @@ impl Hosts {
             let dir = tempfile::tempdir()?;
             let mut config = commerce_host::Config::new(dir.path());
             config.admin_token = Some("bench-admin-token-0123456789".to_owned());
-            config.webhook_allow_networks = vec!["127.0.0.0/8".parse()?];
+            // Loopback, by address or by name (`localhost` may also resolve to `::1`).
+            config.webhook_allow_networks = vec!["127.0.0.0/8".parse()?, "::1/128".parse()?];
             config.delivery_concurrency = concurrency;
             config.database_url = database_url.map(str::to_owned);
             services.push(commerce_host::open_service(&config)?);
@@ -639,7 +640,10 @@ async fn main() -> anyhow::Result<()> {
 
     let arrivals = Arc::new(Arrivals::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let base = format!("http://{}", listener.local_addr()?);
+    // `FANOUT_HOST=localhost` names the receiver by a host name (resolved by the system), as a
+    // subscriber's URL would, instead of its address.
+    let host = std::env::var("FANOUT_HOST").unwrap_or_else(|_| "127.0.0.1".to_owned());
+    let base = format!("http://{host}:{}", listener.local_addr()?.port());
     let app = axum::Router::new()
         .fallback(receive)
         .with_state(arrivals.clone());

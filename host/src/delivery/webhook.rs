@@ -5,7 +5,6 @@ use std::time::{Duration, Instant};
 
 use hmac::{Hmac, Mac};
 use jiff::Timestamp;
-use reqwest::Url;
 use sha2::Sha256;
 
 use super::client::HttpClient;
@@ -52,7 +51,8 @@ pub struct Signing<'a> {
 /// POSTs `event` to `url` through the outbound client, signed with the subscription's secret at
 /// `now` (and also with the previous secret, in its own header, when given); a test delivery
 /// carries `X-Service-Test: true`. The URL is checked against the network policy first, for a
-/// clear error (the client's resolver enforces it again at connection time).
+/// clear error ([`HttpClient::webhook_url`]: again when its last check is older than
+/// [`super::client::URL_CHECK_TTL`]; the client's resolver enforces it at every connection).
 pub async fn send(
     http: &HttpClient,
     url: &str,
@@ -60,13 +60,10 @@ pub async fn send(
     event: &Event,
     now: Timestamp,
 ) -> Outcome {
-    let url = match Url::parse(url) {
+    let url = match http.webhook_url(url, now).await {
         Ok(url) => url,
-        Err(e) => return Outcome::unsent(now, format!("bad URL: {e}")),
+        Err(error) => return Outcome::unsent(now, error),
     };
-    if let Err(refusal) = http.policy().check(&url).await {
-        return Outcome::unsent(now, format!("address not allowed: {refusal}"));
-    }
     let body = match serde_json::to_vec(event) {
         Ok(body) => body,
         Err(e) => return Outcome::unsent(now, format!("encoding the event: {e}")),

@@ -1,9 +1,11 @@
 //! Which addresses webhooks may go to (SSRF protection).
 //!
-//! A webhook URL is resolved when it is subscribed and again at every delivery: the check before
-//! sending gives a clear error, and the HTTP client resolves names only through the
-//! delivery engine's resolver, which drops refused addresses, so a name that changes its answer between
-//! the check and the connection (DNS rebinding) still cannot reach an internal address.
+//! A webhook URL is resolved when it is subscribed and again before its deliveries (at most every
+//! 10 s while it stays allowed: `delivery::client::URL_CHECK_TTL`): the check before sending
+//! gives a clear error, and the HTTP client resolves names only through the delivery engine's
+//! resolver, which drops refused addresses, at every connection, so a name that changes its
+//! answer between the check and the connection (DNS rebinding) still cannot reach an internal
+//! address.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
