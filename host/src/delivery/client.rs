@@ -71,7 +71,7 @@ pub struct HttpClient {
 /// (the connection is held to the policy anyway, by [`PolicyResolver`]), and a name a
 /// receiver's DNS moves meanwhile to a refused address fails at its next connection instead,
 /// with the resolver's error. A refused or unparsable URL is never kept: each attempt checks it.
-pub const URL_CHECK_TTL: Duration = Duration::from_secs(10);
+pub const URL_CHECK_TTL: jiff::SignedDuration = jiff::SignedDuration::from_secs(10);
 
 /// Most webhook URLs whose checks are kept (past it, the stale are dropped, and then all).
 pub const URL_CHECKS_KEPT: usize = 4096;
@@ -130,11 +130,7 @@ impl HttpClient {
     /// resolver's lookup on a blocking thread for each attempt of a fan-out to one receiver
     /// cost more than the rest of the check, and reqwest's pooled connections need no lookup.
     pub async fn webhook_url(&self, url: &str, now: jiff::Timestamp) -> Result<Url, String> {
-        let fresh = |at: jiff::Timestamp| {
-            now >= at
-                && now.duration_since(at)
-                    < jiff::SignedDuration::try_from(URL_CHECK_TTL).unwrap_or_default()
-        };
+        let fresh = |at: jiff::Timestamp| now >= at && now.duration_since(at) < URL_CHECK_TTL;
         if let Some(checked) = self
             .checked
             .lock()
@@ -243,7 +239,7 @@ mod tests {
         let checks = || http.checks.load(Ordering::Relaxed);
         let url = "http://127.0.0.1:9/hook";
         let start = at("2026-11-28T12:00:00Z");
-        let ttl = jiff::SignedDuration::try_from(URL_CHECK_TTL).expect("ttl");
+        let ttl = URL_CHECK_TTL;
         let ms = jiff::SignedDuration::from_millis(1);
         let found = http.webhook_url(url, start).await.expect("allowed");
         assert_eq!(found.as_str(), url);
@@ -266,20 +262,15 @@ mod tests {
         http.webhook_url(url, start).await.expect("allowed");
         assert_eq!(checks(), 3);
         // A refused URL is checked at every attempt, never kept.
-        for _ in 0..2 {
-            let refused = http
-                .webhook_url("http://10.0.0.1/hook", start)
-                .await
-                .expect_err("a private address");
-            assert!(refused.starts_with("address not allowed: "), "{refused}");
+        for (url, error, checked) in [
+            ("http://10.0.0.1/hook", "address not allowed: ", 4),
+            ("http://10.0.0.1/hook", "address not allowed: ", 5),
+            ("not a url", "bad URL: ", 6),
+        ] {
+            let refused = http.webhook_url(url, start).await.expect_err(url);
+            assert!(refused.starts_with(error), "{refused}");
+            assert_eq!(checks(), checked, "{url}");
         }
-        assert_eq!(checks(), 5);
-        let bad = http
-            .webhook_url("not a url", start)
-            .await
-            .expect_err("not a URL");
-        assert!(bad.starts_with("bad URL: "), "{bad}");
-        assert_eq!(checks(), 6);
         // Another policy (another host's) refuses what this one allowed: nothing is shared.
         let strict = client(&[]);
         let refused = strict.webhook_url(url, start).await.expect_err("loopback");
@@ -290,7 +281,7 @@ mod tests {
     async fn the_checks_kept_are_bounded_and_the_stale_go_first() {
         let http = client(&["127.0.0.0/8"]);
         let start = at("2026-11-28T12:00:00Z");
-        let ttl = jiff::SignedDuration::try_from(URL_CHECK_TTL).expect("ttl");
+        let ttl = URL_CHECK_TTL;
         // Half of the bound checked long ago, then the rest of it now.
         for i in 0..URL_CHECKS_KEPT / 2 {
             let url = format!("http://127.0.0.1:9/old{i}");
