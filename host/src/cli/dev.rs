@@ -55,6 +55,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         seen: HashSet::new(),
     };
     let mut files = Snapshot::take(&dir);
+    let mut built = files.contents();
     session.deploy().await;
     loop {
         tokio::select! {
@@ -75,6 +76,12 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
                 settled = again;
             }
             files = settled;
+            // Times alone changed (a file touched, or saved as it was): nothing to build.
+            let contents = files.contents();
+            if contents == built {
+                continue;
+            }
+            built = contents;
             println!("change saved: building");
             session.deploy().await;
         }
@@ -289,6 +296,20 @@ impl Snapshot {
     /// At most this many files are looked at (a crate is far smaller).
     const MAX_FILES: usize = 10_000;
 
+    /// A digest of what the snapshot's files hold now, with their paths (SHA-256; a file that
+    /// cannot be read counts as empty): equal digests mean nothing a build reads has changed.
+    fn contents(&self) -> [u8; 32] {
+        use sha2::Digest as _;
+        let mut hash = sha2::Sha256::new();
+        for path in self.0.keys() {
+            let bytes = std::fs::read(path).unwrap_or_default();
+            hash.update(path.as_os_str().as_encoded_bytes());
+            hash.update(u64::try_from(bytes.len()).unwrap_or(u64::MAX).to_le_bytes());
+            hash.update(&bytes);
+        }
+        hash.finalize().into()
+    }
+
     fn take(dir: &Path) -> Self {
         let mut files = BTreeMap::new();
         let mut stack = vec![dir.to_owned()];
@@ -336,5 +357,30 @@ mod tests {
         );
         std::fs::write(dir.path().join("src/lib.rs"), "// two, longer").expect("write");
         assert_ne!(Snapshot::take(dir.path()), before);
+    }
+
+    #[test]
+    fn a_file_saved_as_it_was_changes_the_snapshot_but_not_its_contents() {
+        let dir = tempfile::tempdir().expect("a folder");
+        let lib = dir.path().join("lib.rs");
+        std::fs::write(&lib, "// one").expect("write");
+        let before = Snapshot::take(dir.path());
+        let built = before.contents();
+        // Saved again, as it was, a moment later: its time moves, what a build reads does not.
+        let file = std::fs::File::options()
+            .write(true)
+            .open(&lib)
+            .expect("open");
+        file.set_modified(SystemTime::now() + Duration::from_secs(5))
+            .expect("set the time");
+        let touched = Snapshot::take(dir.path());
+        assert_ne!(touched, before, "the time moved");
+        assert_eq!(touched.contents(), built, "the same bytes");
+        std::fs::write(&lib, "// two").expect("write");
+        let saved = Snapshot::take(dir.path()).contents();
+        assert_ne!(saved, built, "same length, other bytes");
+        // A file renamed changes them too.
+        std::fs::rename(&lib, dir.path().join("main.rs")).expect("rename");
+        assert_ne!(Snapshot::take(dir.path()).contents(), saved);
     }
 }

@@ -78,10 +78,18 @@ async fn paid_order(host: &TestHost, store: &str, token: &str, n: usize) {
     host.pay(store, &order).await.expect(200);
 }
 
+/// Saves `file` with `from` replaced by `to`, as an editor that writes a new file and renames it
+/// over the old one: `plugin dev` never sees it half written (`std::fs::write` truncates first,
+/// and on a loaded machine the truncated file once held still past the watcher's settling, so
+/// that a build started from it and the write after it counted as one more change).
 fn edit(file: &Path, from: &str, to: &str) {
     let text = std::fs::read_to_string(file).expect("the source");
     assert!(text.contains(from), "{from:?} in {}", file.display());
-    std::fs::write(file, text.replace(from, to)).expect("saved");
+    // Hidden, as editors' swap files are, so the watcher does not count it.
+    let name = file.file_name().expect("a file").to_string_lossy();
+    let saving = file.with_file_name(format!(".{name}.saving"));
+    std::fs::write(&saving, text.replace(from, to)).expect("written");
+    std::fs::rename(&saving, file).expect("saved");
 }
 
 #[tokio::test]
