@@ -112,17 +112,11 @@ impl HttpClient {
         })
     }
 
-    /// The network policy webhook URLs are held to.
-    pub fn policy(&self) -> &NetworkPolicy {
-        &self.policy
-    }
-
     /// The timeouts of everything the engine sends.
     pub fn timeouts(&self) -> Timeouts {
         self.timeouts
     }
 
-    /// A POST to a webhook receiver: names resolve only to addresses the policy allows.
     /// `url` parsed and held to the network policy (its host resolved, every address allowed),
     /// as a webhook attempt at `now` sends to it; or the error the attempt records (`bad URL:
     /// …`, `address not allowed: …`). A URL found allowed is not checked again for
@@ -165,6 +159,7 @@ impl HttpClient {
         Ok(parsed)
     }
 
+    /// A POST to a webhook receiver: names resolve only to addresses the policy allows.
     pub fn post_webhook(&self, url: Url) -> RequestBuilder {
         self.webhooks.post(url)
     }

@@ -148,7 +148,6 @@ impl SledStorage {
         let mut batch = sled::Batch::default();
         let mut written: foldhash::HashSet<Vec<u8>> = foldhash::HashSet::default();
         let mut outcomes = Vec::with_capacity(queued.len());
-        let mut any = false;
         for commit in queued {
             let current = commit.reads.iter().try_fold(true, |current, (key, seen)| {
                 Ok::<_, sled::Error>(
@@ -159,7 +158,6 @@ impl SledStorage {
                 Ok(true) => {
                     if !commit.failed {
                         for (key, value) in commit.writes {
-                            any = true;
                             match value {
                                 Some(value) => batch.insert(key.as_slice(), value),
                                 None => batch.remove(key.as_slice()),
@@ -176,7 +174,7 @@ impl SledStorage {
         }
         #[cfg(test)]
         tests::between_check_and_batch();
-        let applied = if any {
+        let applied = if !written.is_empty() {
             #[cfg(test)]
             self.batches
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
