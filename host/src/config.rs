@@ -12,7 +12,7 @@ use crate::model::clock::{SharedClock, SystemClock};
 /// Everything `run` needs besides the listener.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Folder of the sled database and the generated admin token.
+    /// Folder of the embedded database and the generated admin token.
     pub data_dir: PathBuf,
     /// The operator's admin token; generated into `<data>/admin-token` when absent.
     pub admin_token: Option<String>,
@@ -24,7 +24,9 @@ pub struct Config {
     pub plugin_limits: crate::service::limits::LimitPolicy,
     /// Flush storage on every write transaction (an acknowledged write survives `kill -9`).
     pub durable_writes: bool,
-    /// PostgreSQL instead of sled in the data folder: `postgres://user@host:port/db`.
+    /// The embedded store in the data folder, where `database_url` is not given.
+    pub store: crate::storage::Embedded,
+    /// PostgreSQL instead of the embedded store: `postgres://user@host:port/db`.
     pub database_url: Option<String>,
     /// Connections to PostgreSQL at most.
     pub database_pool_size: u32,
@@ -72,6 +74,7 @@ impl Config {
             plugin_runtime: crate::plugins::RuntimeConfig::default(),
             plugin_limits: crate::service::limits::LimitPolicy::default(),
             durable_writes: true,
+            store: crate::storage::Embedded::Sled,
             database_url: None,
             database_pool_size: 16,
             maintenance_interval: std::time::Duration::from_secs(60),

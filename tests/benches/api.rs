@@ -170,7 +170,11 @@ async fn main() {
         println!(
             "\n== {}, durable_writes = {durable}, {concurrency} concurrent clients for GET, \
              {post_concurrency} for POST, {secs} s each",
-            if on_postgres { "PostgreSQL" } else { "sled" }
+            if on_postgres {
+                "PostgreSQL".to_owned()
+            } else {
+                commerce_host_tests::test_store().to_string()
+            }
         );
         // `get_order_…`, `post_order_durable_…`; `get_order_nondurable_…`,
         // `post_order_nondurable_…`; on PostgreSQL the durable names with `_pg` at the end.

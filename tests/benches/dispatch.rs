@@ -105,6 +105,7 @@ async fn main() -> anyhow::Result<()> {
     let plugin_count: usize = commerce_host_tests::bench::env_or("PLUGINS", 1000);
     let data = tempfile::tempdir()?;
     let mut config = Config::new(data.path());
+    config.store = commerce_host_tests::test_store();
     config.admin_token = Some(ADMIN_TOKEN.to_owned());
     let service = commerce_host::open_service(&config)?;
     let plugins = std::sync::Arc::new(Plugins::new(
@@ -216,26 +217,13 @@ async fn main() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let rounds = 200;
-    let mut samples = Vec::with_capacity(rounds);
-    let start = Instant::now();
-    for i in 0..rounds {
-        let before = attempts.count();
-        service
-            .configure(&store.id, &installation.id, serde_json::json!({ "n": i }))
-            .map_err(fail)?;
-        // From the commit (the configuration's durable write returned) to the attempt recorded.
-        let t = Instant::now();
-        let recorded = attempts
-            .wait_for(before + 1, Duration::from_secs(30))
-            .await?;
-        samples.push(recorded.saturating_duration_since(t));
-    }
-    let (_, serial_p50) = report(
+    let serial_p50 = one_at_a_time(
         "engine: event committed → attempt recorded",
+        (&service, &store.id, &installation.id),
+        &attempts,
         rounds,
-        start.elapsed(),
-        samples,
-    );
+    )
+    .await?;
     figures.set("engine_serial_p50_ms", serial_p50);
 
     // The burst: committed while the engine is stopped, then drained by a fresh engine, so the
@@ -299,6 +287,27 @@ async fn main() -> anyhow::Result<()> {
         "engine_burst_vs_invoke_percent",
         100.0 * burst as f64 / elapsed.as_secs_f64() / invoke,
     );
+
+    // One at a time again, right after the backlog: its queue entries are removed, and a store
+    // that keeps removals as tombstones until it compacts (fjall) must not pass over them at
+    // every event (`fjall_store.rs`, `Heads`).
+    let engine = commerce_host::delivery::Engine::start(
+        service.clone(),
+        commerce_host::delivery::EngineConfig::from(&config),
+        Some(plugins.clone()),
+    )
+    .map_err(fail)?;
+    let after_p50 = one_at_a_time(
+        "engine: the same, after the backlog",
+        (&service, &store.id, &installation.id),
+        &attempts,
+        rounds,
+    )
+    .await?;
+    figures.set("engine_serial_after_burst_p50_ms", after_p50);
+    engine
+        .stop(tokio::time::Instant::now() + std::time::Duration::from_secs(30))
+        .await;
 
     // Memory with many installed plugins: the same component published under `plugin_count`
     // names and installed in a store, each receiving one event through `Plugins::invoke` (what the
@@ -494,10 +503,40 @@ fn restart(data: &std::path::Path, store: &str, installation: &str) -> anyhow::R
 /// it; prints `http` once `/readyz` answers 200, then configures the installation (which fires
 /// `plugin.configured`, the event its component takes) and prints `served <rss>` once the
 /// component's attempt is recorded, then shuts the host down.
+/// `rounds` events one at a time (a configuration each, which the component receives), each
+/// from its commit to its attempt recorded; prints them as `name` and returns their p50 (ms).
+async fn one_at_a_time(
+    name: &str,
+    (service, store, installation): (
+        &commerce_host::Service,
+        &commerce_host::model::ids::StoreId,
+        &commerce_host::model::ids::InstallationId,
+    ),
+    attempts: &commerce_host_tests::bench::Attempts,
+    rounds: usize,
+) -> anyhow::Result<f64> {
+    let mut samples = Vec::with_capacity(rounds);
+    let start = Instant::now();
+    for i in 0..rounds {
+        let before = attempts.count();
+        service
+            .configure(store, installation, serde_json::json!({ name: i }))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        // From the commit (the configuration's durable write returned) to the attempt recorded.
+        let t = Instant::now();
+        let recorded = attempts
+            .wait_for(before + 1, Duration::from_secs(30))
+            .await?;
+        samples.push(recorded.saturating_duration_since(t));
+    }
+    Ok(report(name, rounds, start.elapsed(), samples).1)
+}
+
 async fn restart_child(dir: std::path::PathBuf) -> anyhow::Result<()> {
     let store = std::env::var("DISPATCH_RESTART_STORE")?;
     let installation = std::env::var("DISPATCH_RESTART_INSTALLATION")?;
     let mut config = Config::new(dir);
+    config.store = commerce_host_tests::test_store();
     config.admin_token = Some(ADMIN_TOKEN.to_owned());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);

@@ -147,6 +147,7 @@ impl Hosts {
         for _ in 0..hosts {
             let dir = tempfile::tempdir()?;
             let mut config = commerce_host::Config::new(dir.path());
+            config.store = commerce_host_tests::test_store();
             config.admin_token = Some("bench-admin-token-0123456789".to_owned());
             // Loopback, by address or by name (`localhost` may also resolve to `::1`).
             config.webhook_allow_networks = vec!["127.0.0.0/8".parse()?, "::1/128".parse()?];
@@ -650,8 +651,12 @@ async fn main() -> anyhow::Result<()> {
     tokio::spawn(async move { axum::serve(listener, app).await });
     let mut figures = commerce_host_tests::bench::Figures::default();
 
-    // 1. The engine: a host on a temporary folder (sled) with the wall clock.
-    println!("== sled, one host, concurrency {concurrency}");
+    // 1. The engine: a host on a temporary folder (sled, or fjall with
+    // `COMMERCE_HOST_TEST_STORE=fjall`) with the wall clock.
+    println!(
+        "== {}, one host, concurrency {concurrency}",
+        commerce_host_tests::test_store()
+    );
     let sizes = Sizes {
         events,
         subscriptions,

@@ -534,6 +534,7 @@ pub async fn spawn_binary_with_log(
 ) -> (std::process::Child, String) {
     use std::io::{BufRead, BufReader};
     let mut command = std::process::Command::new(binary);
+    command.env("COMMERCE_HOST_STORE", test_store().to_string());
     if let Some(url) = test_database(data) {
         command
             .env("COMMERCE_HOST_DATABASE_URL", url)
@@ -570,6 +571,31 @@ pub async fn spawn_binary_with_log(
     (child, base)
 }
 
+/// The variable that runs the suite (and the benches) on another embedded store than sled:
+/// `fjall`.
+pub const TEST_STORE: &str = "COMMERCE_HOST_TEST_STORE";
+
+/// The embedded store the suite runs on ([`TEST_STORE`]; sled when unset).
+pub fn test_store() -> commerce_host::storage::Embedded {
+    std::env::var(TEST_STORE)
+        .ok()
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().unwrap_or_else(|e| panic!("{TEST_STORE}: {e}")))
+        .unwrap_or_default()
+}
+
+/// The embedded storage of the stopped host whose data folder is `data`, on the store the suite
+/// runs on, or its PostgreSQL database where the suite runs on one.
+pub fn open_stopped(data: &std::path::Path) -> commerce_host::storage::Db {
+    match test_database(data) {
+        Some(url) => {
+            commerce_host::storage::Db::open_postgres(&url, 2, true).expect("open the database")
+        }
+        None => commerce_host::storage::Db::open_embedded(test_store(), data, true)
+            .expect("open the data folder"),
+    }
+}
+
 /// The variable that runs the suite on PostgreSQL: the URL of a server (any database its user
 /// may connect to) on which each host under test gets a fresh database of its own.
 pub const TEST_DATABASE_URL: &str = "COMMERCE_HOST_TEST_DATABASE_URL";
@@ -597,6 +623,7 @@ pub fn test_database(data: &std::path::Path) -> Option<String> {
 /// [`test_database`]).
 pub fn test_config(data: &std::path::Path) -> Config {
     let mut config = Config::new(data);
+    config.store = test_store();
     config.database_url = test_database(data);
     config.database_pool_size = 4;
     config

@@ -644,8 +644,7 @@ async fn housekeeping_purges_banners_cards_messages_and_counters_after_their_ret
 
     // The counters of past days are gone from storage too.
     host.stop().await;
-    let db = commerce_host::storage::Db::open_sled(&host.data_dir().join("db"), false)
-        .expect("open the stopped host's data");
+    let db = commerce_host_tests::open_stopped(&host.data_dir());
     for prefix in [
         "quota/",
         "feed-last/",

@@ -20,7 +20,7 @@ use anyhow::{Context as _, anyhow, bail, ensure};
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-use crate::storage::Db;
+use crate::storage::{Db, Embedded};
 
 /// The dump's `format`.
 const FORMAT: &str = "commerce-host-export";
@@ -36,12 +36,15 @@ const LEFT_OUT: [&str; 2] = ["claim/", "ratelimit/"];
 /// Where the storage is: the data folder, and PostgreSQL when a URL is given.
 #[derive(clap::Args)]
 pub struct StorageArgs {
-    /// Data folder of the host: its sled database (`<data>/db`) and its components.
+    /// Data folder of the host: its embedded database and its components.
     #[arg(long, env = "COMMERCE_HOST_DATA", default_value = "./data")]
     data: PathBuf,
-    /// PostgreSQL instead of the data folder's sled database (`postgres://user@host:port/db`).
+    /// PostgreSQL instead of the data folder's embedded database (`postgres://user@host:port/db`).
     #[arg(long, env = "COMMERCE_HOST_DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
+    /// The data folder's embedded database: `sled` (`<data>/db`) or `fjall` (`<data>/fjall`).
+    #[arg(long, env = "COMMERCE_HOST_STORE", default_value = "sled")]
+    store: Embedded,
 }
 
 /// `commerce-host export`.
@@ -81,19 +84,26 @@ impl StorageArgs {
             database_url: database_url
                 .filter(|u| !u.trim().is_empty())
                 .map(str::to_owned),
+            store: Embedded::default(),
         }
+    }
+
+    /// The same, on the embedded store `store`.
+    pub fn with_store(mut self, store: Embedded) -> Self {
+        self.store = store;
+        self
     }
 
     fn open(&self) -> anyhow::Result<Db> {
         let opened = match &self.database_url {
             Some(url) => Db::open_postgres(url, 2, true),
-            None => Db::open_sled(&self.data.join("db"), true),
+            None => Db::open_embedded(self.store, &self.data, true),
         };
         opened.map_err(|e| match &self.database_url {
             Some(_) => anyhow!("{e:#}"),
             None => anyhow!(
                 "opening {}: {e:#} (is a host running on this data folder? stop it first)",
-                self.data.join("db").display()
+                self.store.folder(&self.data).display()
             ),
         })
     }

@@ -81,6 +81,11 @@ struct ServeArgs {
     /// hosts may share it. The schema is created or migrated at start.
     #[arg(long, env = "COMMERCE_HOST_DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
+    /// The embedded database in the data folder, where no PostgreSQL is given: `sled`
+    /// (`<data>/db`) or `fjall` (`<data>/fjall`, less CPU a write). A folder keeps the one it
+    /// was made with.
+    #[arg(long, env = "COMMERCE_HOST_STORE", default_value = "sled")]
+    store: crate::storage::Embedded,
     /// Connections to PostgreSQL at most.
     #[arg(long, env = "COMMERCE_HOST_DATABASE_POOL_SIZE", default_value_t = 16)]
     database_pool_size: u32,
@@ -194,6 +199,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     config.public_url = args.public_url.filter(|u| !u.trim().is_empty());
     config.database_url = args.database_url.filter(|u| !u.trim().is_empty());
+    config.store = args.store;
     config.database_pool_size = args.database_pool_size;
     config.claim_lease = std::time::Duration::from_millis(args.claim_lease_ms.max(1));
     let listener = tokio::net::TcpListener::bind(args.listen)

@@ -245,6 +245,12 @@ impl From<sled::Error> for Error {
     }
 }
 
+impl From<fjall::Error> for Error {
+    fn from(e: fjall::Error) -> Self {
+        Self::Internal(anyhow::Error::new(e).context("storage"))
+    }
+}
+
 impl From<serde_json::Error> for Error {
     fn from(e: serde_json::Error) -> Self {
         Self::Internal(anyhow::Error::new(e).context("encoding a record"))

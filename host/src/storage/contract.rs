@@ -1,4 +1,4 @@
-//! What every [`Storage`] backend promises, tested once against each: sled always, PostgreSQL when
+//! What every [`Storage`] backend promises, tested once against each: sled and fjall always, PostgreSQL when
 //! `COMMERCE_HOST_TEST_DATABASE_URL` names a server (each test in a fresh database of its own).
 //!
 //! - A transaction's writes are committed together or not at all; an error from the closure
@@ -40,8 +40,10 @@ pub fn fresh_postgres_pool(size: u32) -> Option<crate::storage::postgres::PgStor
 /// Runs `check` against each backend available.
 fn each_backend(check: impl Fn(&str, Db)) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let sled = Db::open_sled(dir.path(), false).expect("sled");
+    let sled = Db::open_sled(&dir.path().join("sled"), false).expect("sled");
     check("sled", sled);
+    let fjall = Db::open_fjall(&dir.path().join("fjall"), false).expect("fjall");
+    check("fjall", fjall);
     if let Some(pg) = fresh_postgres() {
         check("postgres", Db::new(pg, true));
     }

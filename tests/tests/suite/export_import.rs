@@ -10,6 +10,7 @@ use std::path::Path;
 use commerce_host::cli::client::HostClient;
 use commerce_host::cli::demo;
 use commerce_host::cli::export::{Moved, StorageArgs, export, import};
+use commerce_host::storage::Embedded;
 use commerce_host_tests::components::components_dir;
 use commerce_host_tests::{ADMIN_TOKEN, TestHost, test_database};
 use reqwest::Method;
@@ -65,6 +66,7 @@ fn run_cli(command: &str, flag: &str, file: &Path, data: &Path) -> std::process:
         .arg("--data")
         .arg(data)
         .env_remove("COMMERCE_HOST_DATABASE_URL")
+        .env_remove("COMMERCE_HOST_STORE")
         .output()
         .expect("run commerce-host")
 }
@@ -95,7 +97,11 @@ async fn api_view(host: &TestHost, store: &str, token: &str) -> Vec<Value> {
 async fn the_demo_data_moves_to_the_other_backend_and_back_record_for_record() {
     let work = tempfile::tempdir().expect("temp dir");
     // The demo, on sled whatever the suite runs on.
-    let mut sled_host = TestHost::start_configured(|c| c.database_url = None).await;
+    let mut sled_host = TestHost::start_configured(|c| {
+        c.database_url = None;
+        c.store = Embedded::Sled;
+    })
+    .await;
     let cli = HostClient::new(&sled_host.base, ADMIN_TOKEN);
     let shop = demo::seed(
         &cli,
@@ -132,7 +138,8 @@ async fn the_demo_data_moves_to_the_other_backend_and_back_record_for_record() {
     // dump → the other backend, then back out: the same records.
     let other = tempfile::tempdir().expect("temp dir");
     let url = test_database(other.path());
-    let other_storage = StorageArgs::new(other.path(), url.as_deref());
+    let other_storage = StorageArgs::new(other.path(), url.as_deref())
+        .with_store(commerce_host_tests::test_store());
     assert_eq!(import_from(&other_storage, &first).expect("import"), moved);
     let second = work.path().join("second.jsonl");
     export_to(&other_storage, &second);
@@ -141,6 +148,27 @@ async fn the_demo_data_moves_to_the_other_backend_and_back_record_for_record() {
         records,
         "the same records on the other backend"
     );
+
+    // dump → fjall, the other embedded store (how a data folder moves to it), then back out:
+    // the same records. The folder keeps its store: opened as sled's, it is refused, with the
+    // flag to use.
+    let fjall = tempfile::tempdir().expect("temp dir");
+    let fjall_storage = StorageArgs::new(fjall.path(), None).with_store(Embedded::Fjall);
+    assert_eq!(import_from(&fjall_storage, &first).expect("import"), moved);
+    let from_fjall = work.path().join("from-fjall.jsonl");
+    export_to(&fjall_storage, &from_fjall);
+    assert_eq!(
+        read_dump(&from_fjall).1,
+        records,
+        "the same records on fjall"
+    );
+    let refused = export(&StorageArgs::new(fjall.path(), None), std::io::sink())
+        .expect_err("a fjall folder opened as sled's");
+    assert!(
+        format!("{refused:#}").contains("start with `--store fjall`"),
+        "{refused:#}"
+    );
+    assert!(!fjall.path().join("db").exists(), "no sled store made");
 
     // A full storage refuses another import; so does a dump that is not one, or is cut off.
     let refused = import_from(&other_storage, &first).expect_err("not empty");

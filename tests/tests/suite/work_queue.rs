@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use commerce_host::storage::Db;
 use commerce_host_tests::receiver::{Behavior, Receiver};
 use commerce_host_tests::smtp::SmtpServer;
 use commerce_host_tests::{ADMIN_TOKEN, TestHost};
@@ -247,14 +246,7 @@ async fn a_pause_notice_that_finds_the_smtp_server_down_is_retried_until_it_is_s
     assert!(sent.get("error").is_none(), "{sent}");
 }
 
-/// The storage of a stopped host's data folder (its PostgreSQL database where the tests run on
-/// one).
-fn open_stopped(data: &Path) -> Db {
-    match commerce_host_tests::test_database(data) {
-        Some(url) => Db::open_postgres(&url, 2, true).expect("open the database"),
-        None => Db::open_sled(&data.join("db"), true).expect("open the data folder"),
-    }
-}
+use commerce_host_tests::open_stopped;
 
 /// Rewrites every work queue entry of the stopped host's data folder in the format of the
 /// queues before the work queue; returns how many.

@@ -1,0 +1,452 @@
+//! The other embedded backend: one fjall partition (a log-structured merge tree, which appends
+//! each commit to its journal and sorts in memory, where sled rewrites leaves of its B-tree),
+//! with the same serializable transactions as sled's, run optimistically and committed in
+//! shared batches (see [`super::optimistic::Commits::transact`]). Chosen with `--store fjall`;
+//! sled stays the default.
+
+use std::fs::{File, TryLockError};
+use std::ops::Bound;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fjall::{Keyspace, PartitionHandle, PersistMode};
+use parking_lot::Mutex;
+
+use super::optimistic::{Commits, Engine};
+use super::{Entry, Storage, Txn, scanned};
+use crate::model::error::{Error, Result};
+
+/// Storage in a fjall keyspace on local disk.
+#[derive(Clone)]
+pub struct FjallStorage {
+    commits: Arc<Commits<FjallRecords>>,
+    /// Where the live keys under a prefix scanned from its start begin (see [`Heads`]).
+    heads: Arc<Mutex<Heads>>,
+    /// The folder's lock, held while any handle is open (fjall keeps none of its own).
+    _lock: Arc<File>,
+}
+
+impl std::fmt::Debug for FjallStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FjallStorage")
+    }
+}
+
+/// The partition every record is kept in, as [`Commits`] uses it.
+struct FjallRecords {
+    keyspace: Keyspace,
+    records: PartitionHandle,
+    heads: Arc<Mutex<Heads>>,
+}
+
+/// The most prefixes whose heads are kept: past it, all are forgotten (a scan without a head
+/// starts at its prefix, as it would anyway).
+const HEADS_KEPT: usize = 4096;
+
+/// Where the live keys under each prefix begin, for the scans from a prefix's start.
+///
+/// fjall removes a key by writing a tombstone over it, dropped only when compaction reaches
+/// the last level of its tree; until then a scan passes over every tombstone ahead of its first
+/// live key. The engine's queues (the outbox, the work lanes) are scanned from their start and
+/// removed from their start, so after a backlog of 100 000 a scan for the next entry passed
+/// over 100 000 tombstones (45 ms each time, measured with fjall 2.11 on the development VM;
+/// 600 ms after a million). A scan from a prefix's start therefore starts at its head: a key at
+/// or before the first key that was live under it when it was last scanned, lowered by every
+/// insert under it since, so no live key is ever before it, and the tombstones before it are
+/// skipped by a seek.
+#[derive(Debug, Default)]
+struct Heads {
+    /// For each prefix scanned from its start: a key at or before every live key under it.
+    known: foldhash::HashMap<Vec<u8>, Vec<u8>>,
+    /// The lengths of the prefixes in `known` (an insert looks each of its own up once).
+    lengths: std::collections::BTreeMap<usize, usize>,
+    /// The scans from a prefix's start under way: their prefix, and the least key inserted
+    /// under it since they began (which their view of the partition may not show).
+    scanning: Vec<(u64, Vec<u8>, Option<Vec<u8>>)>,
+    next_scan: u64,
+}
+
+impl Heads {
+    /// A scan from `prefix`'s start begins: where it may start, and its id.
+    fn begin(&mut self, prefix: &[u8]) -> (Option<Vec<u8>>, u64) {
+        let id = self.next_scan;
+        self.next_scan += 1;
+        self.scanning.push((id, prefix.to_vec(), None));
+        (self.known.get(prefix).cloned(), id)
+    }
+
+    /// The scan `id` of `prefix` ended having found `first` as its first live key (`None`:
+    /// none): no live key under it is before `first`, nor before what was inserted meanwhile.
+    fn end(&mut self, id: u64, prefix: &[u8], first: Option<&[u8]>) {
+        let Some(at) = self.scanning.iter().position(|(s, _, _)| *s == id) else {
+            return;
+        };
+        let (_, _, inserted) = self.scanning.swap_remove(at);
+        // With no live key found, the head is past every key under the prefix (ours are text,
+        // never 0xFF), until an insert lowers it.
+        let end = [prefix, &[0xFF]].concat();
+        let mut head = first.map_or(end, <[u8]>::to_vec);
+        if let Some(inserted) = inserted.filter(|i| *i < head) {
+            head = inserted;
+        }
+        if !self.known.contains_key(prefix) {
+            if self.known.len() >= HEADS_KEPT {
+                self.known.clear();
+                self.lengths.clear();
+            }
+            *self.lengths.entry(prefix.len()).or_default() += 1;
+        }
+        self.known.insert(prefix.to_vec(), head);
+    }
+
+    /// The scan `id` ended without telling where its prefix's live keys begin.
+    fn end_without_head(&mut self, id: u64) {
+        self.scanning.retain(|(s, _, _)| *s != id);
+    }
+
+    /// `key` is about to be inserted: every head after it, of a prefix of it, moves back to it.
+    fn inserting(&mut self, key: &[u8]) {
+        for &length in self.lengths.keys() {
+            if length > key.len() {
+                break;
+            }
+            if let Some(head) = self.known.get_mut(&key[..length])
+                && key < head.as_slice()
+            {
+                *head = key.to_vec();
+            }
+        }
+        for (_, prefix, inserted) in &mut self.scanning {
+            if key.starts_with(prefix) && inserted.as_deref().is_none_or(|i| key < i) {
+                *inserted = Some(key.to_vec());
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for FjallRecords {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FjallRecords")
+    }
+}
+
+impl Engine for FjallRecords {
+    type Value = fjall::Slice;
+
+    fn read(&self, key: &[u8]) -> Result<Option<fjall::Slice>> {
+        Ok(self.records.get(key)?)
+    }
+
+    /// One batch, in the journal as one entry (recovered whole or not at all) and handed to the
+    /// operating system before it returns: a host killed afterwards keeps it; a machine that
+    /// loses power keeps what the last [`Storage::flush`] made durable.
+    fn apply(&self, writes: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Result<()> {
+        {
+            // Before the batch is visible: a scan that sees it starts at or before its keys.
+            let mut heads = self.heads.lock();
+            for (key, value) in &writes {
+                if value.is_some() {
+                    heads.inserting(key);
+                }
+            }
+        }
+        let mut batch = self.keyspace.batch().durability(Some(PersistMode::Buffer));
+        for (key, value) in writes {
+            match value {
+                Some(value) => batch.insert(&self.records, key, value),
+                None => batch.remove(&self.records, key),
+            }
+        }
+        Ok(batch.commit()?)
+    }
+}
+
+/// How long opening waits for the folder's lock while another handle holds it (a host restarted
+/// in the same process, or a command run right after it). As sled's.
+const LOCK_WAIT: Duration = Duration::from_secs(2);
+
+/// The journal's size past which fjall writes its memory tables out (and so the most a restart
+/// after a crash replays): 64 MiB, where fjall's default of 512 MiB would take seconds.
+const MAX_JOURNAL: u64 = 64 * 1024 * 1024;
+
+impl FjallStorage {
+    /// Opens (or creates) the keyspace in `dir`, waiting up to [`LOCK_WAIT`] for its lock.
+    pub fn open(dir: &Path) -> Result<Self> {
+        Self::open_waiting(dir, LOCK_WAIT)
+    }
+
+    fn open_waiting(dir: &Path, wait: Duration) -> Result<Self> {
+        let context = |e: std::io::Error| {
+            Error::Internal(
+                anyhow::Error::new(e).context(format!("opening the database in {}", dir.display())),
+            )
+        };
+        std::fs::create_dir_all(dir).map_err(context)?;
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join("lock"))
+            .map_err(context)?;
+        let started = Instant::now();
+        loop {
+            match lock.try_lock() {
+                Ok(()) => break,
+                Err(TryLockError::WouldBlock) if started.elapsed() < wait => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(TryLockError::WouldBlock) => {
+                    return Err(context(std::io::Error::other(format!(
+                        "could not acquire lock on {}: another process holds it",
+                        dir.join("lock").display()
+                    ))));
+                }
+                Err(TryLockError::Error(e)) => return Err(context(e)),
+            }
+        }
+        let keyspace = fjall::Config::new(dir.join("keyspace"))
+            .max_journaling_size(MAX_JOURNAL)
+            .open()?;
+        let records = keyspace.open_partition("records", Default::default())?;
+        let heads = Arc::new(Mutex::new(Heads::default()));
+        Ok(Self {
+            commits: Arc::new(Commits::new(FjallRecords {
+                keyspace,
+                records,
+                heads: heads.clone(),
+            })),
+            heads,
+            _lock: Arc::new(lock),
+        })
+    }
+
+    fn records(&self) -> &PartitionHandle {
+        &self.commits.engine.records
+    }
+}
+
+impl Storage for FjallStorage {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.records().get(key)?.map(|v| v.to_vec()))
+    }
+
+    fn scan(
+        &self,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        reverse: bool,
+        limit: usize,
+    ) -> Result<Vec<Entry>> {
+        let records = self.records();
+        let from_head = after.is_none() && !reverse;
+        let (head, scan) = if from_head {
+            let (head, scan) = self.heads.lock().begin(prefix);
+            (head, Some(scan))
+        } else {
+            (None, None)
+        };
+        let range: Box<dyn DoubleEndedIterator<Item = fjall::Result<fjall::KvPair>>> =
+            match (after, reverse, head) {
+                (None, false, Some(head)) => Box::new(records.range(head..)),
+                (None, _, _) => Box::new(records.prefix(prefix)),
+                (Some(after), false, _) => {
+                    Box::new(records.range::<&[u8], _>((Bound::Excluded(after), Bound::Unbounded)))
+                }
+                (Some(after), true, _) => Box::new(
+                    records.range::<&[u8], _>((Bound::Included(prefix), Bound::Excluded(after))),
+                ),
+            };
+        let ordered: Box<dyn Iterator<Item = fjall::Result<fjall::KvPair>>> = if reverse {
+            Box::new(range.rev())
+        } else {
+            range
+        };
+        let out = scanned(ordered, prefix, reverse, limit);
+        if let Some(scan) = scan {
+            let mut heads = self.heads.lock();
+            match &out {
+                // A scan that found nothing because it asked for nothing tells nothing.
+                Ok(found) if limit > 0 => {
+                    heads.end(scan, prefix, found.first().map(|(k, _)| k.as_slice()))
+                }
+                _ => heads.end_without_head(scan),
+            }
+        }
+        out
+    }
+
+    /// As sled's: optimistic, committed in batches shared with the transactions queued at the
+    /// same moment ([`Commits::transact`]), each batch one entry of fjall's journal.
+    fn transact_optimistic(&self, f: &mut dyn FnMut(&mut dyn Txn) -> Result<()>) -> Result<()> {
+        self.commits.transact(f)
+    }
+
+    /// As [`FjallStorage::transact_optimistic`], which is serializable (every key read is
+    /// checked at the commit).
+    fn transact(&self, f: &mut dyn FnMut(&mut dyn Txn) -> Result<()>) -> Result<()> {
+        self.commits.transact(f)
+    }
+
+    /// Writes the journal to disk (`fdatasync`): every batch committed before is durable.
+    fn flush(&self) -> Result<()> {
+        Ok(self
+            .commits
+            .engine
+            .keyspace
+            .persist(PersistMode::SyncData)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_open_of_a_held_folder_waits_then_fails_and_names_it() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let held = FjallStorage::open(dir.path()).expect("open");
+        let started = Instant::now();
+        let err = FjallStorage::open_waiting(dir.path(), Duration::from_millis(50))
+            .expect_err("the lock is held");
+        assert!(started.elapsed() >= Duration::from_millis(50), "it waited");
+        let message = format!("{err:#}");
+        assert!(message.contains("opening the database in"), "{message}");
+        assert!(message.contains("lock"), "{message}");
+        // Once the first handle is gone, the folder opens, with what was committed.
+        held.transact(&mut |txn| txn.put(b"k", b"v".to_vec()))
+            .expect("committed");
+        let closing = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            drop(held);
+        });
+        let second = FjallStorage::open(dir.path()).expect("opened once the lock was free");
+        closing.join().expect("closed");
+        assert_eq!(second.get(b"k").expect("get"), Some(b"v".to_vec()));
+    }
+
+    #[test]
+    fn a_scan_with_a_cursor_before_its_prefix_finds_the_prefix_and_stops_after_it() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let storage = FjallStorage::open(dir.path()).expect("open");
+        storage
+            .transact(&mut |txn| {
+                for key in ["a/1", "b/1", "b/2", "b/3", "c/1"] {
+                    txn.put(key.as_bytes(), key.as_bytes().to_vec())?;
+                }
+                Ok(())
+            })
+            .expect("committed");
+        let keys = |entries: Vec<Entry>| {
+            entries
+                .into_iter()
+                .map(|(k, _)| String::from_utf8(k).expect("utf-8"))
+                .collect::<Vec<_>>()
+        };
+        let scan = |after: Option<&[u8]>, reverse, limit| {
+            keys(storage.scan(b"b/", after, reverse, limit).expect("scan"))
+        };
+        assert_eq!(scan(Some(b"a/1"), false, 10), ["b/1", "b/2", "b/3"]);
+        assert_eq!(scan(Some(b"b/1"), false, 1), ["b/2"]);
+        assert_eq!(scan(Some(b"b/3"), true, 10), ["b/2", "b/1"]);
+        assert_eq!(scan(None, true, 2), ["b/3", "b/2"]);
+    }
+
+    #[test]
+    fn a_scan_from_a_prefixs_start_starts_at_its_head_and_every_insert_before_it_moves_it_back() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let storage = FjallStorage::open(dir.path()).expect("open");
+        let put = |keys: &[&str]| {
+            storage
+                .transact(&mut |txn| {
+                    for key in keys {
+                        txn.put(key.as_bytes(), b"v".to_vec())?;
+                    }
+                    Ok(())
+                })
+                .expect("committed")
+        };
+        let remove = |keys: &[String]| {
+            storage
+                .transact(&mut |txn| keys.iter().try_for_each(|k| txn.delete(k.as_bytes())))
+                .expect("committed")
+        };
+        let first = |prefix: &str| {
+            storage
+                .scan(prefix.as_bytes(), None, false, 1)
+                .expect("scan")
+                .first()
+                .map(|(k, _)| String::from_utf8(k.clone()).expect("utf-8"))
+        };
+        let head = |prefix: &str| {
+            storage
+                .heads
+                .lock()
+                .known
+                .get(prefix.as_bytes())
+                .map(|h| String::from_utf8_lossy(h).into_owned())
+        };
+        // A queue drained from its start: tombstones ahead of its one live entry.
+        let drained: Vec<String> = (0..1000).map(|i| format!("q/{i:05}")).collect();
+        put(&drained.iter().map(String::as_str).collect::<Vec<_>>());
+        put(&["q/99999"]);
+        remove(&drained);
+        assert_eq!(head("q/"), None, "no scan yet");
+        assert_eq!(first("q/").as_deref(), Some("q/99999"));
+        assert_eq!(head("q/").as_deref(), Some("q/99999"), "its first live key");
+        // An entry inserted before the head is found by the next scan, and becomes the head.
+        put(&["q/00500"]);
+        assert_eq!(head("q/").as_deref(), Some("q/00500"));
+        assert_eq!(first("q/").as_deref(), Some("q/00500"));
+        // Removing the head leaves it where it is (no live key is before it): the next scan
+        // finds the next live entry and moves the head on to it.
+        remove(&["q/00500".to_owned()]);
+        assert_eq!(first("q/").as_deref(), Some("q/99999"));
+        assert_eq!(head("q/").as_deref(), Some("q/99999"));
+        // A prefix with nothing live: its head is past its keys, until an insert under it.
+        remove(&["q/99999".to_owned()]);
+        assert_eq!(first("q/"), None);
+        assert_eq!(head("q/").as_deref(), Some("q/\u{FFFD}"), "q/ and 0xFF");
+        put(&["q/00001"]);
+        assert_eq!(first("q/").as_deref(), Some("q/00001"));
+        // Another prefix's inserts, before or after, leave this head alone.
+        put(&["p/1", "r/1"]);
+        assert_eq!(head("q/").as_deref(), Some("q/00001"));
+    }
+
+    #[test]
+    fn an_insert_during_a_scan_from_the_start_moves_the_head_that_scan_leaves_back_to_it() {
+        let mut heads = Heads::default();
+        let (start, scan) = heads.begin(b"q/");
+        assert_eq!(start, None);
+        // The scan's view does not show the insert: it found q/5 first.
+        heads.inserting(b"q/2");
+        heads.inserting(b"p/1");
+        heads.end(scan, b"q/", Some(b"q/5"));
+        assert_eq!(
+            heads.known.get(b"q/".as_slice()).map(Vec::as_slice),
+            Some(b"q/2".as_slice())
+        );
+        // A scan that tells nothing leaves no head and no trace.
+        let (_, other) = heads.begin(b"r/");
+        heads.end_without_head(other);
+        assert!(heads.scanning.is_empty());
+        assert!(!heads.known.contains_key(b"r/".as_slice()));
+    }
+
+    #[test]
+    fn the_heads_kept_are_bounded() {
+        let mut heads = Heads::default();
+        for i in 0..=HEADS_KEPT {
+            let prefix = format!("p{i}/");
+            let (_, scan) = heads.begin(prefix.as_bytes());
+            heads.end(scan, prefix.as_bytes(), None);
+        }
+        assert_eq!(
+            heads.known.len(),
+            1,
+            "all forgotten when full, then the newest kept"
+        );
+        assert_eq!(heads.lengths.values().sum::<usize>(), 1);
+    }
+}
