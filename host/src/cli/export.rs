@@ -1,16 +1,18 @@
 //! `commerce-host export` and `commerce-host import`: every record of a host's storage as one
-//! dump, to move a host from sled to PostgreSQL and back (or to keep a copy).
+//! dump, to move a host between its embedded stores (sled, fjall) and PostgreSQL (or to keep a
+//! copy).
 //!
 //! The dump is JSON lines: a header `{"format":"commerce-host-export","version":1,…}`, one line
 //! per record `{"key":"order/store_…/ord_…","value":{…}}` in key order, then a trailer
 //! `{"end":true,"records":N}`, so a cut-off dump is told from a whole one. Components' bytes are
 //! records too (`component-wasm/{name}/{version}`, base64), whichever backend they come from:
-//! on sled they are files in the data folder's `components/`, on PostgreSQL also records (see
-//! `Service::keep_component_bytes`). Import writes them where the target keeps them. Records
-//! that belong to running hosts (claims on work, a store's rate-limit state) are left out.
+//! on an embedded store they are files in the data folder's `components/`, on PostgreSQL also
+//! records (see `Service::keep_component_bytes`). Import writes them where the target keeps
+//! them. Records that belong to running hosts (claims on work, a store's rate-limit state) are
+//! left out.
 //!
-//! Both commands read or write the storage directly: the hosts on it are stopped first (sled
-//! refuses a second process on its folder; on PostgreSQL a dump made while hosts run is not one
+//! Both commands read or write the storage directly: the hosts on it are stopped first (sled and
+//! fjall refuse a second process on their folder; on PostgreSQL a dump made while hosts run is not one
 //! consistent moment). Import takes an empty storage only, so it never mixes two stores' data.
 
 use std::io::{BufRead, BufWriter, Write};
@@ -178,7 +180,8 @@ pub fn export(storage: &StorageArgs, out: impl Write) -> anyhow::Result<Moved> {
         }
         after = batch.last().map(|(key, _)| key.clone());
     }
-    // On sled the components are files of the data folder (on PostgreSQL they were records).
+    // On an embedded store the components are files of the data folder (on PostgreSQL they were
+    // records).
     for (name, version, path) in component_files(&storage.components_dir())? {
         if kept_components.contains(&format!("{name}/{version}")) {
             continue;

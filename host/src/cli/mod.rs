@@ -51,8 +51,9 @@ enum Command {
     /// Store a developer's API key for a host: `plugin publish` then publishes as that
     /// developer, without the admin token.
     Login(credentials::LoginArgs),
-    /// Write every record of a host's storage (sled, or PostgreSQL with --database-url) as a
-    /// dump, components included, to move it to another backend. Stop the host first.
+    /// Write every record of a host's storage (the data folder's sled or fjall store, or
+    /// PostgreSQL with --database-url) as a dump, components included, to move it to another
+    /// backend. Stop the host first.
     Export(export::ExportArgs),
     /// Load a dump made by `export` into an empty storage (a new data folder, or a new
     /// PostgreSQL database with --database-url).

@@ -77,8 +77,8 @@ fn component_bytes_key(name: &str, version: &str) -> String {
 
 impl Service {
     /// Keeps a published component's bytes in the database when other hosts share it, so that
-    /// each of them can compile it into its own cache (sled belongs to one host: its components
-    /// folder is enough).
+    /// each of them can compile it into its own cache (an embedded store belongs to one host: its
+    /// components folder is enough).
     pub fn keep_component_bytes(&self, name: &str, version: &str, wasm: &[u8]) -> Result<()> {
         if !self.db.is_shared() {
             return Ok(());

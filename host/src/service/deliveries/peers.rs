@@ -11,7 +11,7 @@
 //! hosts from reading, claiming and losing the same entries, which on two hosts on one database
 //! cost more than the second host brought.
 //!
-//! On a storage of its own (sled) a host owns everything.
+//! On a storage of its own (sled or fjall) a host owns everything.
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
