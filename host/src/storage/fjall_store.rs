@@ -277,13 +277,9 @@ impl Storage for FjallStorage {
     }
 
     /// As sled's: optimistic, committed in batches shared with the transactions queued at the
-    /// same moment ([`Commits::transact`]), each batch one entry of fjall's journal.
-    fn transact_optimistic(&self, f: &mut dyn FnMut(&mut dyn Txn) -> Result<()>) -> Result<()> {
-        self.commits.transact(f)
-    }
-
-    /// As [`FjallStorage::transact_optimistic`], which is serializable (every key read is
-    /// checked at the commit).
+    /// same moment ([`Commits::transact`]), each batch one entry of fjall's journal, and
+    /// serializable (every key read is checked at the commit), so the engine's transactions
+    /// (`transact_optimistic`, by default this) are the same.
     fn transact(&self, f: &mut dyn FnMut(&mut dyn Txn) -> Result<()>) -> Result<()> {
         self.commits.transact(f)
     }

@@ -121,20 +121,17 @@ impl Storage for SledStorage {
 
     /// Optimistic, committed in batches shared with the transactions queued at the same moment
     /// ([`Commits::transact`]; sled writes a batch to its log as one unit, recovered whole or not
-    /// at all; no sled transaction, which reads the old value of every key it writes). sled runs
-    /// every transaction of its own under one lock for the whole process, and every read waits
-    /// for it: the engine's fan-out held it while it built and encoded hundreds of deliveries.
-    fn transact_optimistic(&self, f: &mut dyn FnMut(&mut dyn Txn) -> Result<()>) -> Result<()> {
-        self.commits.transact(f)
-    }
-
-    /// As [`SledStorage::transact_optimistic`], which is serializable on sled (every key read is
-    /// checked at the commit): the requests' transactions share their commits with each other
-    /// and with the engine's, where each committed alone in a sled transaction (64 clients'
-    /// durable `POST /v1/orders` at a median of 7 820 against 5 300 req/s in 8 alternated runs:
-    /// PERFORMANCE.md, the twenty-fourth pass).
+    /// at all; no sled transaction, which reads the old value of every key it writes), and
+    /// serializable (every key read is checked at the commit), so the engine's transactions
+    /// (`transact_optimistic`, by default this) are the same. sled runs every transaction of its
+    /// own under one lock for the whole process, and every read waits for it: the engine's
+    /// fan-out held it while it built and encoded hundreds of deliveries. The requests'
+    /// transactions share their commits with each other and with the engine's, where each
+    /// committed alone in a sled transaction (64 clients' durable `POST /v1/orders` at a median
+    /// of 7 820 against 5 300 req/s in 8 alternated runs: PERFORMANCE.md, the twenty-fourth
+    /// pass).
     fn transact(&self, f: &mut dyn FnMut(&mut dyn Txn) -> Result<()>) -> Result<()> {
-        self.transact_optimistic(f)
+        self.commits.transact(f)
     }
 
     fn flush(&self) -> Result<()> {
