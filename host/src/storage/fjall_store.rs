@@ -67,6 +67,20 @@ struct Heads {
     next_scan: u64,
 }
 
+/// The first key after every key that starts with `prefix` (`None`: there is none, the prefix
+/// being empty or all `0xFF`).
+fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let last = prefix.iter().rposition(|b| *b != 0xFF)?;
+    let mut end = prefix[..=last].to_vec();
+    end[last] += 1;
+    Some(end)
+}
+
+/// Whether the range's end `end` lies at or before `start`: the range is empty.
+fn bound_before(end: Bound<&[u8]>, start: &[u8]) -> bool {
+    matches!(end, Bound::Excluded(end) if end <= start)
+}
+
 impl Heads {
     /// A scan from `prefix`'s start begins: where it may start, and its id.
     fn begin(&mut self, prefix: &[u8]) -> (Option<Vec<u8>>, u64) {
@@ -246,12 +260,30 @@ impl Storage for FjallStorage {
         } else {
             (None, None)
         };
+        // Every forward range ends where the prefix does: an open end reads on past it to the
+        // next live key, over every removed key between (an empty lane's scan passed over the
+        // next lane's removed entries, thousands of them, at every poll).
+        let end = prefix_end(prefix);
+        let end = match &end {
+            Some(end) => Bound::Excluded(end.as_slice()),
+            None => Bound::Unbounded,
+        };
         let range: Box<dyn DoubleEndedIterator<Item = fjall::Result<fjall::KvPair>>> =
             match (after, reverse, head) {
-                (None, false, Some(head)) => Box::new(records.range(head..)),
+                (None, false, Some(head)) => {
+                    if bound_before(end, &head) {
+                        Box::new(std::iter::empty())
+                    } else {
+                        Box::new(records.range::<&[u8], _>((Bound::Included(&head[..]), end)))
+                    }
+                }
                 (None, _, _) => Box::new(records.prefix(prefix)),
                 (Some(after), false, _) => {
-                    Box::new(records.range::<&[u8], _>((Bound::Excluded(after), Bound::Unbounded)))
+                    if bound_before(end, after) {
+                        Box::new(std::iter::empty())
+                    } else {
+                        Box::new(records.range::<&[u8], _>((Bound::Excluded(after), end)))
+                    }
                 }
                 (Some(after), true, _) => Box::new(
                     records.range::<&[u8], _>((Bound::Included(prefix), Bound::Excluded(after))),
@@ -346,6 +378,48 @@ mod tests {
         assert_eq!(scan(Some(b"b/1"), false, 1), ["b/2"]);
         assert_eq!(scan(Some(b"b/3"), true, 10), ["b/2", "b/1"]);
         assert_eq!(scan(None, true, 2), ["b/3", "b/2"]);
+    }
+
+    #[test]
+    fn a_forward_scan_ends_where_its_prefix_does() {
+        assert_eq!(prefix_end(b"work/mail/"), Some(b"work/mail0".to_vec()));
+        assert_eq!(prefix_end(b"a\xff\xff"), Some(b"b".to_vec()));
+        assert_eq!(prefix_end(b"\xff"), None);
+        assert_eq!(prefix_end(b""), None);
+        // An empty prefix before keys removed by the thousand: its scans, from its start or
+        // from a cursor, find nothing and read no key of the next prefix (the range ends at
+        // `work/mail0`: nothing past it is read, removed or not).
+        let dir = tempfile::tempdir().expect("temp dir");
+        let storage = FjallStorage::open(dir.path()).expect("open");
+        let keys: Vec<String> = (0..2000).map(|n| format!("work/webhook/{n:05}")).collect();
+        storage
+            .transact(&mut |txn| keys.iter().try_for_each(|k| txn.put(k.as_bytes(), vec![1])))
+            .expect("committed");
+        storage
+            .transact(&mut |txn| {
+                keys[..1999]
+                    .iter()
+                    .try_for_each(|k| txn.delete(k.as_bytes()))
+            })
+            .expect("committed");
+        for _ in 0..2 {
+            assert!(
+                storage
+                    .scan(b"work/mail/", None, false, 10)
+                    .expect("scan")
+                    .is_empty()
+            );
+        }
+        let after = storage.scan(b"work/mail/", Some(b"work/mail/5"), false, 10);
+        assert!(after.expect("scan").is_empty());
+        let last = storage
+            .scan(b"work/webhook/", None, false, 10)
+            .expect("scan");
+        assert_eq!(
+            last.len(),
+            1,
+            "the next prefix's live key is still found by its own scans"
+        );
     }
 
     #[test]
