@@ -282,6 +282,11 @@ impl First {
         std::mem::take(&mut self.state().inbox)
     }
 
+    /// How many deliveries are handed over and not settled (at most [`MAX_GIVEN`]).
+    pub fn given(&self) -> usize {
+        self.state().given.len()
+    }
+
     /// The delivery handed over as `key`, as it was made (`None`: it was queued).
     pub fn made(&self, key: &str) -> Option<Arc<Delivery>> {
         if !self.enabled {

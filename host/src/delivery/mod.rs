@@ -621,8 +621,12 @@ const BEYOND_BATCH: usize = 32;
 
 /// Ready entries kept per lane: more are read when fewer than [`READY_LOW`] are left.
 const READY_MAX: usize = 1024;
-/// Ready entries a lane holds at most, work queued past the cursor included (see
-/// [`Lane::beyond`]).
+/// Ready entries read from storage a lane holds at most, work queued past the cursor included
+/// (see [`Lane::beyond`]), besides the deliveries handed over in memory (see [`first`]): those
+/// are counted over every lane, so a lane holds up to [`first::MAX_GIVEN`] more. (Counted
+/// with them, a backlog's deliveries handed over filled a lane past this, and another store's
+/// work queued behind them waited for the cursor: up to 2.4 s behind a burst of 50 000
+/// deliveries.)
 const READY_HARD_MAX: usize = 4 * READY_MAX;
 /// See [`READY_MAX`].
 const READY_LOW: usize = 256;
@@ -766,9 +770,13 @@ impl Shared {
         // The stores read this round, and whether the read met a backlog.
         let mut read: Vec<(String, bool)> = Vec::new();
         let mut waiting = false;
+        let most = if beyond.is_empty() {
+            0
+        } else {
+            READY_HARD_MAX.saturating_add(self.first.given())
+        };
         for from in beyond {
-            if lane.cursor.as_deref().is_some_and(|c| from.as_str() < c)
-                || lane.ready.len() >= READY_HARD_MAX
+            if lane.cursor.as_deref().is_some_and(|c| from.as_str() < c) || lane.ready.len() >= most
             {
                 continue; // The cursor's read passed it (or the lane holds all it may).
             }
@@ -1489,6 +1497,24 @@ mod tests {
         (Arc::new(shared), dir)
     }
 
+    /// The engine's shared state over `service`, its shares `fair`, with no engine running.
+    fn shared_on(service: &Service, fair: Arc<Fair>) -> Shared {
+        let timeouts = Timeouts::new(Duration::from_secs(10));
+        let mail = HostMail::new(None, "host@example.com", timeouts.smtp).expect("mail");
+        let (recorder, _) = mpsc::unbounded_channel();
+        let invoker = invoker::Invoker::for_components(8);
+        Shared::new(
+            service.clone(),
+            timeouts,
+            mail,
+            None,
+            fair,
+            recorder,
+            invoker,
+        )
+        .expect("shared")
+    }
+
     #[tokio::test]
     async fn a_delivery_handed_over_whose_target_was_paused_before_its_attempt_is_written_failed() {
         use crate::service::deliveries::queue::tests::{
@@ -1498,20 +1524,8 @@ mod tests {
         publish_paid_hooks(&service, "one", 1);
         let store = service.create_store("one.example").expect("store");
         service.install(&store.id, "one").expect("install");
-        let timeouts = Timeouts::new(Duration::from_secs(10));
-        let mail = HostMail::new(None, "host@example.com", timeouts.smtp).expect("mail");
         let fair = Fair::new(64, 8, 8);
-        let (recorder, _) = mpsc::unbounded_channel();
-        let shared = Shared::new(
-            service.clone(),
-            timeouts,
-            mail,
-            None,
-            fair.clone(),
-            recorder,
-            invoker::Invoker::for_components(8),
-        )
-        .expect("shared");
+        let shared = shared_on(&service, fair.clone());
         let first = shared.first.attempts();
         queue::fan_out(&service, service.now(), 256, first, |_, key, given| {
             shared.first.give(key, given).expect("give");
@@ -1649,6 +1663,58 @@ mod tests {
         assert!(
             lane.cursor.as_deref() < Some(quiet_key(0).as_str()),
             "the cursor has not reached them: they came from the reads past the window"
+        );
+    }
+
+    #[test]
+    fn another_stores_work_is_read_past_a_window_that_deliveries_handed_over_fill() {
+        use crate::service::deliveries::queue::tests::{
+            paid, publish_paid_hooks, with_hooked_plugin,
+        };
+        let (service, _clock, _dir) = with_hooked_plugin();
+        publish_paid_hooks(&service, "loud", 50);
+        let loud = service.create_store("loud.example").expect("store");
+        service.install(&loud.id, "loud").expect("install");
+        let shared = shared_on(&service, Fair::new(64, 8, 8));
+        // A burst of the loud store, handed over in memory: more than a lane reads from storage.
+        for n in 0..100 {
+            paid(&service, &loud, n);
+        }
+        let first = shared.first.attempts();
+        while queue::fan_out(&service, service.now(), 256, first, |_, key, given| {
+            shared.first.give(key, given).expect("give");
+        })
+        .expect("fan out")
+        .more
+        {}
+        let webhooks = crate::storage::queue::lane_index(WorkKind::Webhook);
+        let mut lanes = Lanes::default();
+        for (kind, key, bytes) in shared.first.take_inbox() {
+            lanes.lanes[crate::storage::queue::lane_index(kind)]
+                .ready
+                .insert(key, bytes);
+        }
+        assert_eq!(shared.first.given(), 5000);
+        assert!(lanes.lanes[webhooks].ready.len() > READY_HARD_MAX);
+        // Another store's work, queued behind them.
+        let _ = shared.wake.take_earliest();
+        let quiet = Work::Delivery(DueEntry {
+            store_id: "store_quiet".parse().expect("id"),
+            target: TargetRef::Webhook("wh_quiet".parse().expect("id")),
+            event_id: "evt_quiet".parse().expect("id"),
+        });
+        let quiet_key = service
+            .db
+            .tx(|tx| tx.enqueue(&quiet, service.now()))
+            .expect("queued");
+        lanes.start_at(shared.wake.take_earliest());
+        shared
+            .refill(WorkKind::Webhook, service.now(), &mut lanes.lanes[webhooks])
+            .expect("refill");
+        assert_eq!(
+            lanes.lanes[webhooks].ready.ready_in_group_of(&quiet_key),
+            1,
+            "read past the window the deliveries handed over fill"
         );
     }
 
