@@ -9,7 +9,8 @@
 //! one bursts, its events' writes beside the burst's). Every event is committed on a blocking
 //! thread, as the host's HTTP handlers write, so that a durable write's flush never holds up one
 //! of the runtime's workers, which the engine and the receiver run on. Figures also go to
-//! `target/bench/fanout.json`.
+//! `target/bench/fanout.json`. A burst whose deliveries have not all arrived after
+//! `FANOUT_DEADLINE_SECS` (600) fails, saying what the storage still holds of it.
 //!
 //! With `BENCH_DATABASE_URL` (a PostgreSQL server; each run makes fresh databases on it) the
 //! same runs follow on PostgreSQL, with one host and then with two hosts (two services, each with
@@ -501,6 +502,34 @@ fn quiet_first_attempts(hosts: &Hosts) -> anyhow::Result<HashMap<String, jiff::T
     Ok(first)
 }
 
+/// What a burst that did not finish left in the storage: the outbox entries and the queue's
+/// webhook entries not taken yet, and the burst store's deliveries by status, with a few of
+/// their failures (a delivery made but not yet written is counted in none).
+fn what_is_left(hosts: &Hosts) -> anyhow::Result<String> {
+    use commerce_host::model::delivery::Delivery;
+    let db = &hosts.services[0].db;
+    let outbox = db.list_raw("outbox/", None, 1_000_000)?.len();
+    let queued = db.list_raw("work/webhook/", None, 1_000_000)?.len();
+    let mut statuses: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut failures = Vec::new();
+    let prefix = format!("dlv/{}/", hosts.store.id);
+    for (_, delivery) in db.list::<Delivery>(&prefix, None, false, 1_000_000)? {
+        *statuses
+            .entry(format!(
+                "{:?} after {} attempts",
+                delivery.status, delivery.attempts
+            ))
+            .or_default() += 1;
+        if let Some(failure) = delivery.failure.filter(|_| failures.len() < 3) {
+            failures.push(failure);
+        }
+    }
+    Ok(format!(
+        "left: {outbox} outbox entries, {queued} queued webhook attempts; the store's \
+         deliveries: {statuses:?}; failures: {failures:?}"
+    ))
+}
+
 async fn burst_of(
     hosts: &Hosts,
     arrivals: &Arrivals,
@@ -527,9 +556,16 @@ async fn burst_of(
     .await??;
     let fire_elapsed = start.elapsed();
     let total = events * subscriptions;
-    let deadline = Instant::now() + Duration::from_secs(600);
+    let wait: u64 = commerce_host_tests::bench::env_or("FANOUT_DEADLINE_SECS", 600);
+    let deadline = Instant::now() + Duration::from_secs(wait);
     while arrivals.burst.load(std::sync::atomic::Ordering::Relaxed) < total {
-        anyhow::ensure!(Instant::now() < deadline, "deliveries did not finish");
+        if Instant::now() >= deadline {
+            let arrived = arrivals.burst.load(std::sync::atomic::Ordering::Relaxed);
+            anyhow::bail!(
+                "deliveries did not finish: {arrived} of {total} arrived in {wait} s; {}",
+                what_is_left(hosts)?
+            );
+        }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let cpu = commerce_host_tests::bench::process_cpu().saturating_sub(cpu_before);
