@@ -507,9 +507,13 @@ fn quiet_first_attempts(hosts: &Hosts) -> anyhow::Result<HashMap<String, jiff::T
 /// their failures (a delivery made but not yet written is counted in none).
 fn what_is_left(hosts: &Hosts) -> anyhow::Result<String> {
     use commerce_host::model::delivery::Delivery;
+    use commerce_host::model::event::OUTBOX_PREFIX;
+    use commerce_host::model::work::WorkKind;
     let db = &hosts.services[0].db;
-    let outbox = db.list_raw("outbox/", None, 1_000_000)?.len();
-    let queued = db.list_raw("work/webhook/", None, 1_000_000)?.len();
+    let outbox = db.list_raw(OUTBOX_PREFIX, None, 1_000_000)?.len();
+    let queued = db
+        .list_raw(&WorkKind::Webhook.prefix(), None, 1_000_000)?
+        .len();
     let mut statuses: std::collections::BTreeMap<String, usize> = Default::default();
     let mut failures = Vec::new();
     let prefix = format!("dlv/{}/", hosts.store.id);
