@@ -1507,14 +1507,7 @@ mod tests {
         let db = crate::storage::Db::open_sled(dir.path(), false).expect("db");
         let clock = crate::model::clock::ManualClock::new(now);
         let service = Service::new(db, Arc::new(clock), "admin").expect("service");
-        let timeouts = Timeouts::new(Duration::from_secs(10));
-        let mail = HostMail::new(None, "host@example.com", timeouts.smtp).expect("mail");
-        let (recorder, _) = mpsc::unbounded_channel();
-        let fair = Fair::new(64, 8, 8);
-        let invoker = invoker::Invoker::for_components(8);
-        let shared =
-            Shared::new(service, timeouts, mail, None, fair, recorder, invoker).expect("shared");
-        (Arc::new(shared), dir)
+        (Arc::new(shared_on(&service, Fair::new(64, 8, 8))), dir)
     }
 
     /// The engine's shared state over `service`, its shares `fair`, with no engine running.
