@@ -54,7 +54,10 @@ const HEADS_KEPT: usize = 4096;
 /// 600 ms after a million). A scan from a prefix's start therefore starts at its head: a key at
 /// or before the first key that was live under it when it was last scanned, lowered by every
 /// insert under it since, so no live key is ever before it, and the tombstones before it are
-/// skipped by a seek.
+/// skipped by a seek. An insert lowers the heads before its batch is visible, and a scan that
+/// begins before the batch is visible may not see it: such a scan's head goes no further than
+/// the keys of every batch being committed when it began (see [`Heads::committing`]), nor than
+/// those inserted while it ran.
 #[derive(Debug, Default)]
 struct Heads {
     /// For each prefix scanned from its start: a key at or before every live key under it.
@@ -65,6 +68,12 @@ struct Heads {
     /// under it since they began (which their view of the partition may not show).
     scanning: Vec<(u64, Vec<u8>, Option<Vec<u8>>)>,
     next_scan: u64,
+    /// The keys inserted by each batch being committed (from before the heads were lowered for
+    /// it until its commit returned, when it is visible): a scan that begins meanwhile may not
+    /// see them. (Without them, a scan that began while an outbox entry's batch was committed
+    /// left the head past the entry, and every later scan from the head passed it by.)
+    committing: Vec<(u64, Vec<Vec<u8>>)>,
+    next_batch: u64,
 }
 
 /// The first key after every key that starts with `prefix` (`None`: there is none, the prefix
@@ -86,7 +95,16 @@ impl Heads {
     fn begin(&mut self, prefix: &[u8]) -> (Option<Vec<u8>>, u64) {
         let id = self.next_scan;
         self.next_scan += 1;
-        self.scanning.push((id, prefix.to_vec(), None));
+        // A batch being committed may be visible to the scan or not: its keys count as inserted
+        // while the scan runs.
+        let committing = self
+            .committing
+            .iter()
+            .flat_map(|(_, keys)| keys)
+            .filter(|key| key.starts_with(prefix))
+            .min()
+            .cloned();
+        self.scanning.push((id, prefix.to_vec(), committing));
         (self.known.get(prefix).cloned(), id)
     }
 
@@ -117,6 +135,26 @@ impl Heads {
     /// The scan `id` ended without telling where its prefix's live keys begin.
     fn end_without_head(&mut self, id: u64) {
         self.scanning.retain(|(s, _, _)| *s != id);
+    }
+
+    /// A batch inserting `keys` is about to be committed: the heads move back to its keys, which
+    /// count as inserted for every scan that begins before [`Heads::committed`] (the batch is
+    /// visible by then). Returns the batch's id.
+    fn committing(&mut self, keys: Vec<Vec<u8>>) -> u64 {
+        for key in &keys {
+            self.inserting(key);
+        }
+        let id = self.next_batch;
+        self.next_batch += 1;
+        if !keys.is_empty() {
+            self.committing.push((id, keys));
+        }
+        id
+    }
+
+    /// The batch `id` was committed (or failed): a scan that begins now sees what it inserted.
+    fn committed(&mut self, id: u64) {
+        self.committing.retain(|(batch, _)| *batch != id);
     }
 
     /// `key` is about to be inserted: every head after it, of a prefix of it, moves back to it.
@@ -156,23 +194,25 @@ impl Engine for FjallRecords {
     /// operating system before it returns: a host killed afterwards keeps it; a machine that
     /// loses power keeps what the last [`Storage::flush`] made durable.
     fn apply(&self, writes: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Result<()> {
-        {
-            // Before the batch is visible: a scan that sees it starts at or before its keys.
-            let mut heads = self.heads.lock();
-            for (key, value) in &writes {
-                if value.is_some() {
-                    heads.inserting(key);
-                }
-            }
-        }
         let mut batch = self.keyspace.batch().durability(Some(PersistMode::Buffer));
+        let mut inserted = Vec::new();
         for (key, value) in writes {
             match value {
-                Some(value) => batch.insert(&self.records, key, value),
+                Some(value) => {
+                    batch.insert(&self.records, key.as_slice(), value);
+                    inserted.push(key);
+                }
                 None => batch.remove(&self.records, key),
             }
         }
-        Ok(batch.commit()?)
+        // Before the batch is visible: a scan that sees it starts at or before its keys, and
+        // one that begins before it is visible keeps its head at or before them.
+        let id = self.heads.lock().committing(inserted);
+        #[cfg(test)]
+        tests::before_commit();
+        let committed = batch.commit();
+        self.heads.lock().committed(id);
+        Ok(committed?)
     }
 }
 
@@ -329,6 +369,63 @@ impl Storage for FjallStorage {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::RefCell;
+
+    thread_local! {
+        /// Run by a batch committed on this thread once the heads moved back for it, before it
+        /// is committed.
+        static BEFORE_COMMIT: RefCell<Option<Box<dyn FnOnce()>>> = RefCell::new(None);
+    }
+
+    pub(super) fn before_commit() {
+        if let Some(f) = BEFORE_COMMIT.with(|b| b.borrow_mut().take()) {
+            f();
+        }
+    }
+
+    /// The first key under `prefix`, scanned from its start.
+    fn first_under(storage: &FjallStorage, prefix: &str) -> Option<String> {
+        storage
+            .scan(prefix.as_bytes(), None, false, 1)
+            .expect("scan")
+            .first()
+            .map(|(k, _)| String::from_utf8(k.clone()).expect("utf-8"))
+    }
+
+    #[test]
+    fn a_scan_that_begins_while_an_insert_is_committed_leaves_the_head_at_or_before_it() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let storage = FjallStorage::open(dir.path()).expect("open");
+        let put = |key: &str| {
+            storage
+                .transact(&mut |txn| txn.put(key.as_bytes(), b"v".to_vec()))
+                .expect("committed")
+        };
+        put("q/5");
+        assert_eq!(first_under(&storage, "q/").as_deref(), Some("q/5"));
+        // A scan from the start runs once the heads moved back for `q/1`, before its batch is
+        // visible: it finds `q/5` only.
+        let during = storage.clone();
+        let seen = Arc::new(Mutex::new(None));
+        let seen_during = seen.clone();
+        BEFORE_COMMIT.with(|b| {
+            *b.borrow_mut() = Some(Box::new(move || {
+                *seen_during.lock() = Some(first_under(&during, "q/"));
+            }))
+        });
+        put("q/1");
+        assert_eq!(
+            seen.lock().clone(),
+            Some(Some("q/5".to_owned())),
+            "the scan ran before the batch was visible"
+        );
+        // Every scan from the start after the commit finds it (the head that scan left was past
+        // it, and every later scan from the head passed it by).
+        for _ in 0..2 {
+            assert_eq!(first_under(&storage, "q/").as_deref(), Some("q/1"));
+        }
+        assert!(storage.heads.lock().committing.is_empty(), "none left");
+    }
 
     #[test]
     fn a_second_open_of_a_held_folder_waits_then_fails_and_names_it() {
