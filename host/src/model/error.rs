@@ -251,6 +251,12 @@ impl From<fjall::Error> for Error {
     }
 }
 
+impl From<fjall::LsmError> for Error {
+    fn from(e: fjall::LsmError) -> Self {
+        fjall::Error::from(e).into()
+    }
+}
+
 impl From<serde_json::Error> for Error {
     fn from(e: serde_json::Error) -> Self {
         Self::Internal(anyhow::Error::new(e).context("encoding a record"))

@@ -177,6 +177,19 @@ impl Heads {
     }
 }
 
+impl FjallRecords {
+    /// The partition as of the last batch committed whole. fjall applies a batch's writes to
+    /// its memory table one after another, all under one sequence number, and makes that number
+    /// visible once all are: the partition's own reads (`get`, `range`) read the latest of each
+    /// key, a batch being applied included, so a read could see some of a batch's writes and
+    /// not the others (an event's outbox entry without its record: the fan-out removed the entry
+    /// as of an expired event, and its deliveries were never made). A snapshot at the keyspace's
+    /// visible number sees whole batches only.
+    fn view(&self) -> fjall::Snapshot {
+        self.records.snapshot_at(self.keyspace.instant())
+    }
+}
+
 impl std::fmt::Debug for FjallRecords {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("FjallRecords")
@@ -187,7 +200,7 @@ impl Engine for FjallRecords {
     type Value = fjall::Slice;
 
     fn read(&self, key: &[u8]) -> Result<Option<fjall::Slice>> {
-        Ok(self.records.get(key)?)
+        Ok(self.view().get(key)?)
     }
 
     /// One batch, in the journal as one entry (recovered whole or not at all) and handed to the
@@ -275,14 +288,16 @@ impl FjallStorage {
         })
     }
 
-    fn records(&self) -> &PartitionHandle {
-        &self.commits.engine.records
+    /// See [`FjallRecords::view`].
+    fn view(&self) -> fjall::Snapshot {
+        self.commits.engine.view()
     }
 }
 
 impl Storage for FjallStorage {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.records().get(key)?.map(|v| v.to_vec()))
+        let value = self.view().get(key)?;
+        Ok(value.map(|v| v.to_vec()))
     }
 
     fn scan(
@@ -292,7 +307,7 @@ impl Storage for FjallStorage {
         reverse: bool,
         limit: usize,
     ) -> Result<Vec<Entry>> {
-        let records = self.records();
+        let records = self.view();
         let from_head = after.is_none() && !reverse;
         let (head, scan) = if from_head {
             let (head, scan) = self.heads.lock().begin(prefix);
@@ -308,28 +323,28 @@ impl Storage for FjallStorage {
             Some(end) => Bound::Excluded(end.as_slice()),
             None => Bound::Unbounded,
         };
-        let range: Box<dyn DoubleEndedIterator<Item = fjall::Result<fjall::KvPair>>> =
-            match (after, reverse, head) {
-                (None, false, Some(head)) => {
-                    if bound_before(end, &head) {
-                        Box::new(std::iter::empty())
-                    } else {
-                        Box::new(records.range::<&[u8], _>((Bound::Included(&head[..]), end)))
-                    }
+        type Items = Box<dyn DoubleEndedIterator<Item = Result<fjall::KvPair, fjall::LsmError>>>;
+        let range: Items = match (after, reverse, head) {
+            (None, false, Some(head)) => {
+                if bound_before(end, &head) {
+                    Box::new(std::iter::empty())
+                } else {
+                    Box::new(records.range::<&[u8], _>((Bound::Included(&head[..]), end)))
                 }
-                (None, _, _) => Box::new(records.prefix(prefix)),
-                (Some(after), false, _) => {
-                    if bound_before(end, after) {
-                        Box::new(std::iter::empty())
-                    } else {
-                        Box::new(records.range::<&[u8], _>((Bound::Excluded(after), end)))
-                    }
+            }
+            (None, _, _) => Box::new(records.prefix(prefix)),
+            (Some(after), false, _) => {
+                if bound_before(end, after) {
+                    Box::new(std::iter::empty())
+                } else {
+                    Box::new(records.range::<&[u8], _>((Bound::Excluded(after), end)))
                 }
-                (Some(after), true, _) => Box::new(
-                    records.range::<&[u8], _>((Bound::Included(prefix), Bound::Excluded(after))),
-                ),
-            };
-        let ordered: Box<dyn Iterator<Item = fjall::Result<fjall::KvPair>>> = if reverse {
+            }
+            (Some(after), true, _) => Box::new(
+                records.range::<&[u8], _>((Bound::Included(prefix), Bound::Excluded(after))),
+            ),
+        };
+        let ordered: Box<dyn Iterator<Item = Result<fjall::KvPair, fjall::LsmError>>> = if reverse {
             Box::new(range.rev())
         } else {
             range
@@ -390,6 +405,53 @@ mod tests {
             .expect("scan")
             .first()
             .map(|(k, _)| String::from_utf8(k.clone()).expect("utf-8"))
+    }
+
+    #[test]
+    fn a_read_sees_a_batch_whole_or_not_at_all() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let storage = FjallStorage::open(dir.path()).expect("open");
+        const BATCHES: usize = 200;
+        // Each batch writes `a/N`, then many keys, then `b/N`: fjall applies them one after
+        // another, and a reader that sees `a/N` must see `b/N` too.
+        let writer = {
+            let storage = storage.clone();
+            std::thread::spawn(move || {
+                for n in 0..BATCHES {
+                    let mut writes = vec![(format!("a/{n:05}").into_bytes(), Some(b"v".to_vec()))];
+                    for i in 0..200 {
+                        writes.push((format!("c/{n:05}/{i:03}").into_bytes(), Some(vec![0; 64])));
+                    }
+                    writes.push((format!("b/{n:05}").into_bytes(), Some(b"v".to_vec())));
+                    storage.commits.engine.apply(writes).expect("applied");
+                }
+            })
+        };
+        let (mut n, mut halves) = (0, 0);
+        while n < BATCHES {
+            if storage
+                .get(format!("a/{n:05}").as_bytes())
+                .expect("get")
+                .is_some()
+            {
+                if storage
+                    .get(format!("b/{n:05}").as_bytes())
+                    .expect("get")
+                    .is_none()
+                {
+                    halves += 1;
+                }
+                let scanned = storage.scan(b"b/", None, true, 1).expect("scan");
+                let last = scanned.first().map(|(k, _)| k.clone());
+                assert!(
+                    last >= Some(format!("b/{n:05}").into_bytes()),
+                    "a scan sees it too"
+                );
+                n += 1;
+            }
+        }
+        writer.join().expect("writer");
+        assert_eq!(halves, 0, "reads that saw half a batch");
     }
 
     #[test]
