@@ -604,6 +604,11 @@ struct Lane {
     /// that one store's backlog does not fill the lane through these reads. A read that kept
     /// all of a full batch goes on from its last entry next round.
     beyond: Vec<String>,
+    /// Where a store's work queued past the groups noted for it begins (see
+    /// [`Queued::past`](crate::storage::queue::Queued::past)), as the group of that millisecond
+    /// (one of each store): read group by group, a millisecond at a time, up to now
+    /// ([`Shared::read_past`]).
+    past: Vec<String>,
 }
 
 impl Lane {
@@ -638,6 +643,8 @@ impl Lane {
 
 /// Entries read from where a store queued new work (see [`Lane::beyond`]).
 const BEYOND_BATCH: usize = 32;
+/// Milliseconds a round reads of a store's work past its groups (see [`Shared::read_past`]).
+const PAST_MS_PER_ROUND: usize = 64;
 
 /// Ready entries kept per lane: more are read when fewer than [`READY_LOW`] are left.
 const READY_MAX: usize = 1024;
@@ -676,9 +683,25 @@ impl Lanes {
 
     /// Moves each lane's cursor back to the earliest work queued in it since the last round, and
     /// notes where each store queued its own.
-    fn start_at(&mut self, earliest: [Vec<String>; 4]) {
-        for (lane, queued) in self.lanes.iter_mut().zip(earliest) {
-            for queued in queued {
+    fn start_at(&mut self, earliest: crate::storage::queue::Queued) {
+        use crate::storage::queue::{group_of_key, keep_earliest_of_store};
+        let lanes = self
+            .lanes
+            .iter_mut()
+            .zip(earliest.groups.into_iter().zip(earliest.past));
+        for (lane, (groups, past)) in lanes {
+            for queued in &past {
+                if let Some(cursor) = lane.cursor.as_deref() {
+                    let from = crate::storage::queue::before_same_ms(queued);
+                    if from < cursor {
+                        lane.cursor = Some(from.to_owned());
+                    }
+                }
+                keep_earliest_of_store(&mut lane.past, group_of_key(queued));
+                lane.queued = true;
+                lane.drained = false;
+            }
+            for queued in groups {
                 let from = crate::storage::queue::before_same_ms(&queued);
                 if let Some(cursor) = lane.cursor.as_deref()
                     && from < cursor
@@ -829,7 +852,80 @@ impl Shared {
                 lane.beyond.push(last); // More may follow: read on from there next round.
             }
         }
+        let past = std::mem::take(&mut lane.past);
+        let most = if past.is_empty() {
+            0
+        } else {
+            READY_HARD_MAX.saturating_add(self.first.given())
+        };
+        for from in past {
+            if lane.ready.len() >= most {
+                break; // The lane holds all it may: the cursor reads on.
+            }
+            let store = crate::storage::queue::store_of_key(&from);
+            if read.iter().any(|(s, backlog)| s == store && *backlog) {
+                continue; // A backlog's: the cursor reads it.
+            }
+            if self.read_past(kind, now, &from, lane)? {
+                waiting = true;
+            }
+        }
         Ok(waiting)
+    }
+
+    /// Reads a store's work queued past the groups noted for it ([`Lane::past`]), from the
+    /// group `from` on, a millisecond at a time (each millisecond's group, one seek), up to now:
+    /// at most [`PAST_MS_PER_ROUND`] milliseconds and [`BEYOND_BATCH`] entries a round, the
+    /// rest next round. Left to the cursor when it meets a backlog's targets (see
+    /// [`Lane::keep_beyond`]). Returns whether it goes on next round.
+    fn read_past(
+        &self,
+        kind: WorkKind,
+        now: Timestamp,
+        from: &str,
+        lane: &mut Lane,
+    ) -> Result<bool> {
+        use crate::storage::queue::{due_in_group, store_of_key};
+        let now_ms = millis(now);
+        let Some(mut ms) = crate::model::work::due_ms_of(from) else {
+            return Ok(false);
+        };
+        // Every entry before the cursor was read from storage.
+        if let Some(at) = lane
+            .cursor
+            .as_deref()
+            .and_then(crate::model::work::due_ms_of)
+        {
+            ms = ms.max(at);
+        }
+        let (prefix, store) = (kind.prefix(), store_of_key(from));
+        let (mut read, mut entries) = (0, 0);
+        while ms <= now_ms {
+            if read == PAST_MS_PER_ROUND || entries >= BEYOND_BATCH {
+                lane.past.push(format!("{prefix}{ms:020}/{store}/"));
+                return Ok(true);
+            }
+            let group = format!("{prefix}{ms:020}/{store}/");
+            let batch = due_in_group(&self.service.db, now, &group, BEYOND_BATCH)?;
+            read += 1;
+            entries += batch.len();
+            let last = (batch.len() == BEYOND_BATCH)
+                .then(|| batch.last().map(|(key, _)| key.clone()))
+                .flatten();
+            let all = lane.keep_beyond(batch, |key| {
+                self.fair.is_taken(key) || !self.takes(key, now_ms)
+            });
+            if !all {
+                return Ok(false);
+            }
+            if let Some(last) = last
+                && lane.beyond.len() < crate::storage::queue::KEYS_NOTED
+            {
+                lane.beyond.push(last); // More of this group: read on from there.
+            }
+            ms += 1;
+        }
+        Ok(false)
     }
 
     /// Reads the lane's due entries on from its cursor into memory, when new work was queued or
@@ -1473,8 +1569,8 @@ mod tests {
         let mut lanes = Lanes::default();
         let cursor = key(50, "sto_loud");
         lanes.lanes[webhook].cursor = Some(cursor.clone());
-        let mut earliest: [Vec<String>; 4] = Default::default();
-        earliest[webhook] = vec![key(10, "sto_quiet")];
+        let mut earliest = crate::storage::queue::Queued::default();
+        earliest.groups[webhook] = vec![key(10, "sto_quiet")];
         lanes.start_at(earliest);
         let lane = &lanes.lanes[webhook];
         let cursor_now = lane.cursor.as_deref().expect("a cursor");
@@ -1485,9 +1581,9 @@ mod tests {
         // Past the cursor: the cursor stays, the read from the entry is asked for.
         let mut lanes = Lanes::default();
         lanes.lanes[webhook].cursor = Some(cursor.clone());
-        let mut earliest: [Vec<String>; 4] = Default::default();
+        let mut earliest = crate::storage::queue::Queued::default();
         // Two stores' work queued since the last round: read from each.
-        earliest[webhook] = vec![key(90, "sto_loud"), key(90, "sto_quiet")];
+        earliest.groups[webhook] = vec![key(90, "sto_loud"), key(90, "sto_quiet")];
         lanes.start_at(earliest);
         let lane = &lanes.lanes[webhook];
         assert_eq!(lane.cursor.as_deref(), Some(cursor.as_str()));
@@ -1593,7 +1689,27 @@ mod tests {
 
     #[test]
     fn a_stores_events_committed_in_turn_with_anothers_burst_are_all_read_past_a_full_window() {
-        let now: Timestamp = "2026-01-05T00:00:01Z".parse().expect("ts");
+        // A round reads one of the quiet store's groups, and the next round the next, at once.
+        let quiet = 4;
+        let rounds = quiet_events_past_a_full_window(quiet, "2026-01-05T00:00:01Z");
+        assert_eq!(rounds, quiet as usize, "a group of the quiet store a round");
+    }
+
+    #[test]
+    fn a_stores_events_queued_in_more_groups_than_are_noted_are_all_read_past_a_full_window() {
+        // More events than the groups noted for a store: those past them are read a millisecond
+        // at a time from the first of them (they waited for the cursor).
+        let quiet = crate::storage::queue::GROUPS_PER_STORE as i64 + 4;
+        let rounds = quiet_events_past_a_full_window(quiet, "1970-01-01T00:00:00.100Z");
+        assert!(rounds <= quiet as usize, "{rounds} rounds");
+    }
+
+    /// A quiet store's `quiet` events, each committed in a millisecond of its own, with a loud
+    /// store's burst in each, before the engine's next round, with the webhook lane's window
+    /// full of the burst's earlier work and its cursor before them: checks that the rounds at
+    /// `now` read every quiet event, not from the cursor, and returns how many rounds it took.
+    fn quiet_events_past_a_full_window(quiet: i64, now: &str) -> usize {
+        let now: Timestamp = now.parse().expect("ts");
         let (shared, _dir) = shared_at(now);
         let db = &shared.service.db;
         let ms = |n: i64| Timestamp::from_millisecond(n).expect("ts");
@@ -1635,7 +1751,6 @@ mod tests {
         let _ = shared.wake.take_earliest();
         // Then, before the engine's next round, the burst goes on (an event to 50 webhooks each
         // millisecond), and a quiet store commits an event in each of those milliseconds.
-        let quiet = 4;
         for n in 0..quiet {
             let at = ms(2 + n);
             db.tx(|tx| {
@@ -1655,16 +1770,14 @@ mod tests {
             .expect("quiet");
         }
         lanes.start_at(shared.wake.take_earliest());
-        // A round reads one of the quiet store's groups, and the next round the next, at once.
         let mut rounds = 1;
         while shared
             .refill(WorkKind::Webhook, now, &mut lanes.lanes[webhooks])
             .expect("refill")
         {
             rounds += 1;
-            assert!(rounds <= 2 * quiet, "the groups waiting run out");
+            assert!(rounds <= 2 * quiet as usize, "the groups waiting run out");
         }
-        assert_eq!(rounds, quiet, "a group of the quiet store a round");
         let lane = &lanes.lanes[webhooks];
         let quiet_key =
             |n: i64| work("store_quiet", webhook(900), format!("evt_q{n:03}")).key(ms(2 + n));
@@ -1677,6 +1790,7 @@ mod tests {
             lane.cursor.as_deref() < Some(quiet_key(0).as_str()),
             "the cursor has not reached them: they came from the reads past the window"
         );
+        rounds
     }
 
     #[tokio::test]

@@ -1051,7 +1051,7 @@ mod tests {
             &Arc::downgrade(&other),
             &std::sync::Weak::new(),
         );
-        let mut named = other.take_earliest()[0].clone();
+        let mut named = other.take_earliest().groups[0].clone();
         named.sort();
         let mut earliest: Vec<String> = stores
             .iter()

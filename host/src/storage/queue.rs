@@ -85,10 +85,11 @@ impl Signal {
 
     /// Rings after a commit that queued `queued`.
     pub(super) fn ring_queued(&self, queued: &Queued) {
-        if queued.0.iter().any(|keys| !keys.is_empty()) {
+        if queued.groups.iter().any(|keys| !keys.is_empty()) {
             let mut earliest = self.earliest.lock().unwrap_or_else(|e| e.into_inner());
-            for (lane, keys) in queued.0.iter().enumerate() {
-                for key in keys {
+            let past = queued.groups.iter().zip(&queued.past);
+            for (lane, (keys, past)) in past.enumerate() {
+                for key in keys.iter().chain(past) {
                     earliest.note_lane(lane, key);
                 }
             }
@@ -120,11 +121,12 @@ impl Signal {
         (due, held.keys().next().copied().filter(|&ms| ms <= now_ms))
     }
 
-    /// The earliest key queued in each lane for each store (a few stores; see [`Queued`]) since
-    /// the last call, and forgets them all.
-    pub fn take_earliest(&self) -> [Vec<String>; 4] {
+    /// The earliest key queued in each lane for each group of each store (a few stores; see
+    /// [`Queued`]) since the last call, and each store's earliest past its groups, and forgets
+    /// them all.
+    pub fn take_earliest(&self) -> Queued {
         let mut earliest = self.earliest.lock().unwrap_or_else(|e| e.into_inner());
-        std::mem::take(&mut earliest.0)
+        std::mem::take(&mut *earliest)
     }
 }
 
@@ -142,9 +144,20 @@ pub const GROUPS_PER_STORE: usize = 8;
 pub const KEYS_NOTED: usize = STORES_NOTED * GROUPS_PER_STORE;
 
 /// The earliest key queued in each lane (in the order of [`WorkKind::ALL`]) for each group of
-/// each store ([`GROUPS_PER_STORE`] groups of [`STORES_NOTED`] stores at most).
-#[derive(Debug, Default)]
-pub(super) struct Queued([Vec<String>; 4]);
+/// each store ([`GROUPS_PER_STORE`] groups of [`STORES_NOTED`] stores at most), and for each of
+/// those stores, its earliest key queued past its groups.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Queued {
+    /// Each lane's groups: the earliest key of each.
+    pub groups: [Vec<String>; 4],
+    /// Each lane's keys queued past their stores' groups: the earliest of each store (one of
+    /// the stores of `groups`). The store's work queued since lies in its groups or at or after
+    /// this key: the engine reads it millisecond by millisecond from there (where a store's
+    /// events committed one after another while the engine was busy queued more groups than
+    /// are kept, those past them waited for the cursor, behind another store's backlog: up to
+    /// 1.6 s behind a burst of 50 000 deliveries).
+    pub past: [Vec<String>; 4],
+}
 
 /// The store a queue key names (`work/{kind}/{due}/{store}/…`; a mail's key, which names none,
 /// stands for itself).
@@ -163,15 +176,15 @@ pub fn group_of_key(key: &str) -> &str {
 }
 
 impl Queued {
-    /// The earliest keys of each lane, in lane order.
+    /// The earliest keys of each lane's groups, in lane order.
     pub(super) fn lanes(&self) -> &[Vec<String>; 4] {
-        &self.0
+        &self.groups
     }
 
     /// Each store's earliest key in lane `index` (of its groups'), in the order first noted.
     pub(super) fn earliest_of_stores(&self, index: usize) -> Vec<&str> {
         let mut earliest: Vec<(&str, &str)> = Vec::new();
-        for key in self.0.get(index).into_iter().flatten() {
+        for key in self.groups.get(index).into_iter().flatten() {
             let store = store_of_key(key);
             match earliest.iter_mut().find(|(s, _)| *s == store) {
                 Some((_, first)) if key.as_str() < *first => *first = key,
@@ -184,9 +197,10 @@ impl Queued {
 
     /// Notes `key` as queued in lane `index` (also what another process announced): the
     /// earliest key of its group is kept, of the earliest [`GROUPS_PER_STORE`] groups of its
-    /// store, of [`STORES_NOTED`] stores.
+    /// store, of [`STORES_NOTED`] stores; past its store's groups, the store's earliest such key.
     pub(super) fn note_lane(&mut self, index: usize, key: &str) {
-        let Some(keys) = self.0.get_mut(index) else {
+        let (Some(keys), Some(past)) = (self.groups.get_mut(index), self.past.get_mut(index))
+        else {
             return;
         };
         let group = group_of_key(key);
@@ -206,20 +220,40 @@ impl Queued {
             return;
         }
         // Full: the key takes the place of the latest one (of its store's, when it has its
-        // share of groups) when it is earlier.
+        // share of groups) when it is earlier; past its store's groups, the later one is the
+        // store's past key if it is its earliest.
         let only_store = of_store > 0;
+        let mut later = key;
+        let replaced;
         if let Some(latest) = keys
             .iter_mut()
             .filter(|k| !only_store || store_of_key(k) == store)
             .max()
             && key < latest.as_str()
         {
-            *latest = key.to_owned();
+            replaced = std::mem::replace(latest, key.to_owned());
+            later = &replaced;
         }
+        if !only_store {
+            return; // A store not noted: the cursor and the sweep find its work.
+        }
+        keep_earliest_of_store(past, later);
     }
 
     fn note(&mut self, kind: WorkKind, key: &str) {
         self.note_lane(lane_index(kind), key);
+    }
+}
+
+/// Keeps `key` in `keys` if it is the earliest of its store there: one key per store, of
+/// [`STORES_NOTED`] stores at most (past them, the cursor and the sweep find a store's work).
+pub fn keep_earliest_of_store(keys: &mut Vec<String>, key: &str) {
+    let store = store_of_key(key);
+    let room = keys.len() < STORES_NOTED;
+    match keys.iter_mut().find(|k| store_of_key(k) == store) {
+        Some(earliest) if key < earliest.as_str() => key.clone_into(earliest),
+        None if room => keys.push(key.to_owned()),
+        Some(_) | None => {}
     }
 }
 
@@ -542,7 +576,7 @@ mod tests {
         .expect("enqueue");
         db.tx(|tx| tx.enqueue(&message(3), at(30)).map(drop))
             .expect("enqueue");
-        let earliest = signal.take_earliest();
+        let earliest = signal.take_earliest().groups;
         // Each group of the store apart (its work due in one millisecond: see
         // `group_of_key`), the earliest key of each.
         let mut messages = earliest[lane_index(WorkKind::Message)].clone();
@@ -563,18 +597,14 @@ mod tests {
             vec![Some(5000)]
         );
         assert!(earliest[lane_index(WorkKind::Webhook)].is_empty());
-        assert_eq!(
-            signal.take_earliest(),
-            <[Vec<String>; 4]>::default(),
-            "taken"
-        );
+        assert_eq!(signal.take_earliest(), Queued::default(), "taken");
 
         // An aborted transaction tells nothing.
         let _ = db.tx(|tx| {
             tx.enqueue(&message(0), at(1))?;
             Err::<(), _>(crate::model::error::Error::invalid("x", "abort"))
         });
-        assert_eq!(signal.take_earliest(), <[Vec<String>; 4]>::default());
+        assert_eq!(signal.take_earliest(), Queued::default());
     }
 
     /// The `n`th message of `store`, as queued work.
@@ -602,7 +632,7 @@ mod tests {
         .expect("enqueue");
         let lane = lane_index(WorkKind::Message);
         assert_eq!(
-            signal.take_earliest()[lane],
+            signal.take_earliest().groups[lane],
             vec![
                 of("store_a", 0).key(at(10)),
                 of("store_b", 0).key(at(10)),
@@ -617,7 +647,7 @@ mod tests {
             Ok(())
         })
         .expect("enqueue");
-        let mut kept = signal.take_earliest()[lane].clone();
+        let mut kept = signal.take_earliest().groups[lane].clone();
         kept.sort();
         let mut expected: Vec<String> = (4..STORES_NOTED as u32 + 4)
             .map(|n| of(&format!("store_{n:02}"), n).key(at(100 - i64::from(n))))
@@ -646,7 +676,8 @@ mod tests {
             db.tx(|tx| tx.enqueue(&of("store_quiet", n), at(ms)).map(drop))
                 .expect("enqueue");
         }
-        let noted = &signal.take_earliest()[lane_index(WorkKind::Message)];
+        let taken = signal.take_earliest();
+        let noted = &taken.groups[lane_index(WorkKind::Message)];
         let of_store = |store: &str| -> Vec<String> {
             let mut keys: Vec<String> = noted
                 .iter()
@@ -665,6 +696,35 @@ mod tests {
         assert_eq!(of_store("store_quiet"), expected("store_quiet", |n| n));
         assert_eq!(of_store("store_loud"), expected("store_loud", |n| 50 * n));
         assert!(noted.len() <= KEYS_NOTED);
+        // Past its groups, each store's earliest key: the rest of its work lies at or after it.
+        let past = GROUPS_PER_STORE as u32;
+        let mut past_keys = taken.past[lane_index(WorkKind::Message)].clone();
+        past_keys.sort();
+        assert_eq!(
+            past_keys,
+            vec![
+                of("store_loud", 50 * past).key(at(10 + i64::from(past))),
+                of("store_quiet", past).key(at(10 + i64::from(past))),
+            ]
+        );
+        // A key earlier than a store's latest group takes its place, and that group's key
+        // becomes the store's past key if it is its earliest.
+        let mut queued = Queued::default();
+        let lane = lane_index(WorkKind::Message);
+        for n in 0..GROUPS_PER_STORE as u32 {
+            queued.note_lane(lane, &of("store_a", n).key(at(20 + i64::from(n))));
+        }
+        let latest = of("store_a", past - 1).key(at(20 + i64::from(past) - 1));
+        queued.note_lane(lane, &of("store_a", 99).key(at(90)));
+        assert_eq!(queued.past[lane], vec![of("store_a", 99).key(at(90))]);
+        queued.note_lane(lane, &of("store_a", 98).key(at(1)));
+        assert!(queued.groups[lane].contains(&of("store_a", 98).key(at(1))));
+        assert!(!queued.groups[lane].contains(&latest));
+        assert_eq!(
+            queued.past[lane],
+            vec![latest],
+            "the earliest past the groups"
+        );
         // A group is one store's work due in one millisecond, wherever others' lies.
         let key = of("store_quiet", 1).key(at(11));
         let group = group_of_key(&key);
