@@ -78,7 +78,8 @@ const RESCAN_EVERY: Duration = Duration::from_secs(1);
 
 const BATCH: usize = 256;
 
-/// How often the fan-out reads the whole outbox, from its head, on a poll (see [`first`]).
+/// How often the fan-out reads the whole outbox from its head (see [`first`]), by the service's
+/// clock, however often commits wake it.
 const OUTBOX_READ_WHOLE_EVERY: Duration = Duration::from_secs(10);
 
 /// Targets whose owner the engine remembers; past this the memory starts again (it only saves
@@ -499,10 +500,20 @@ impl<T> Drop for AbortOnDrop<T> {
 /// own: the engine's rounds, which start the work it queues, never wait for it (on PostgreSQL a
 /// burst's fan-out takes seconds), and it never waits for them.
 async fn fan_out(shared: Arc<Shared>, poll: Duration, mut stopped: watch::Receiver<bool>) {
-    let mut read_whole = std::time::Instant::now();
+    let every = u64::try_from(OUTBOX_READ_WHOLE_EVERY.as_millis()).unwrap_or(u64::MAX);
+    let mut read_whole = millis(shared.service.now());
     loop {
         if *stopped.borrow() {
             break;
+        }
+        // Now and then the outbox is read from its head (past every entry held), though every
+        // commit tells where it put its entries. (Done on an idle poll only, it never came while
+        // commits kept waking the fan-out: an entry left behind the listing's cursor, as fjall's
+        // reads of part of a batch once left one, waited as long as they did.)
+        let now = millis(shared.service.now());
+        if now.saturating_sub(read_whole) >= every || now < read_whole {
+            read_whole = now;
+            shared.first.list_from("");
         }
         if let Some(key) = shared.wake.take_outbox_earliest() {
             shared.first.list_from(&key);
@@ -544,14 +555,7 @@ async fn fan_out(shared: Arc<Shared>, poll: Duration, mut stopped: watch::Receiv
         }
         tokio::select! {
             () = shared.wake.outbox_notified() => {}
-            () = tokio::time::sleep(poll) => {
-                // Now and then a poll reads the outbox from its head (past every entry held),
-                // though every commit tells where it put its entries.
-                if read_whole.elapsed() >= OUTBOX_READ_WHOLE_EVERY {
-                    read_whole = std::time::Instant::now();
-                    shared.first.list_from("");
-                }
-            }
+            () = tokio::time::sleep(poll) => {}
             _ = stopped.changed() => {}
         }
     }
@@ -1624,15 +1628,30 @@ mod tests {
         .expect("shared")
     }
 
+    /// A service on its manual clock, with the plugin `name` (one webhook taking `order.paid`)
+    /// installed in a store of its own.
+    fn store_with_a_paid_hook(
+        name: &str,
+    ) -> (
+        Service,
+        crate::model::clock::ManualClock,
+        crate::model::store::Store,
+        tempfile::TempDir,
+    ) {
+        use crate::service::deliveries::queue::tests::{publish_paid_hooks, with_hooked_plugin};
+        let (service, clock, dir) = with_hooked_plugin();
+        publish_paid_hooks(&service, name, 1);
+        let store = service
+            .create_store(&format!("{name}.example"))
+            .expect("store");
+        service.install(&store.id, name).expect("install");
+        (service, clock, store, dir)
+    }
+
     #[tokio::test]
     async fn a_delivery_handed_over_whose_target_was_paused_before_its_attempt_is_written_failed() {
-        use crate::service::deliveries::queue::tests::{
-            paid, publish_paid_hooks, with_hooked_plugin,
-        };
-        let (service, _clock, _dir) = with_hooked_plugin();
-        publish_paid_hooks(&service, "one", 1);
-        let store = service.create_store("one.example").expect("store");
-        service.install(&store.id, "one").expect("install");
+        use crate::service::deliveries::queue::tests::paid;
+        let (service, _clock, store, _dir) = store_with_a_paid_hook("one");
         let fair = Fair::new(64, 8, 8);
         let shared = shared_on(&service, fair.clone());
         let first = shared.first.attempts();
@@ -1791,6 +1810,56 @@ mod tests {
             "the cursor has not reached them: they came from the reads past the window"
         );
         rounds
+    }
+
+    #[tokio::test]
+    async fn the_fan_out_reads_the_whole_outbox_every_ten_seconds_however_often_commits_wake_it() {
+        use crate::model::event::{OUTBOX_PREFIX, outbox_key};
+        use crate::service::deliveries::queue::FirstAttempts as _;
+        use crate::service::deliveries::queue::tests::paid;
+        let (service, clock, store, _dir) = store_with_a_paid_hook("woken");
+        queue::fan_out(&service, service.now(), 256, None, |_, _, _| {}).expect("fan out");
+        let shared = Arc::new(shared_on(&service, Fair::new(64, 8, 8)));
+        // An event the listing's cursor has passed without its wake (as a lost one would).
+        let behind = outbox_key(&paid(&service, &store, 0).id);
+        // The later events' ids sort well after its own (ids of one millisecond, from the one
+        // generator of the process, which other tests share, may differ in their last letters
+        // only, and a wake reads on from a little before the key it names).
+        clock.set("2100-01-01T00:00:00Z".parse().expect("ts"));
+        let _ = shared.wake.take_outbox_earliest();
+        shared
+            .first
+            .list_next_after(Some(format!("{OUTBOX_PREFIX}~")));
+        let (stop, stopped) = watch::channel(false);
+        let fanning = tokio::spawn(fan_out(shared.clone(), Duration::from_secs(60), stopped));
+        // Commits wake the fan-out again and again, far more often than it polls: it fans out
+        // theirs, and not the one behind its cursor.
+        let mut last = String::new();
+        for n in 1..=10 {
+            last = outbox_key(&paid(&service, &store, n).id);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let fanned_out = |key: &str| shared.first.held(key);
+        for _ in 0..200 {
+            if fanned_out(&last) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(fanned_out(&last), "the woken fan-out fans out what woke it");
+        assert!(!fanned_out(&behind), "not what lies behind its cursor");
+        // Ten seconds on by the service's clock, the next wake reads the outbox from its head.
+        clock.advance(jiff::SignedDuration::from_secs(10));
+        for n in 11..200 {
+            if fanned_out(&behind) {
+                break;
+            }
+            paid(&service, &store, n);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(fanned_out(&behind), "read from the head and fanned out");
+        stop.send(true).expect("stop");
+        fanning.await.expect("stopped");
     }
 
     #[tokio::test]
