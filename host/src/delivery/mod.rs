@@ -688,42 +688,37 @@ impl Lanes {
     /// Moves each lane's cursor back to the earliest work queued in it since the last round, and
     /// notes where each store queued its own.
     fn start_at(&mut self, earliest: crate::storage::queue::Queued) {
-        use crate::storage::queue::{group_of_key, keep_earliest_of_store};
+        use crate::storage::queue::{before_same_ms, group_of_key, keep_earliest_of_store};
         let lanes = self
             .lanes
             .iter_mut()
             .zip(earliest.groups.into_iter().zip(earliest.past));
         for (lane, (groups, past)) in lanes {
-            for queued in &past {
-                if let Some(cursor) = lane.cursor.as_deref() {
-                    let from = crate::storage::queue::before_same_ms(queued);
-                    if from < cursor {
-                        lane.cursor = Some(from.to_owned());
-                    }
-                }
-                keep_earliest_of_store(&mut lane.past, group_of_key(queued));
-                lane.queued = true;
-                lane.drained = false;
-            }
-            for queued in groups {
-                let from = crate::storage::queue::before_same_ms(&queued);
+            for queued in groups.iter().chain(&past) {
+                let from = before_same_ms(queued);
                 if let Some(cursor) = lane.cursor.as_deref()
                     && from < cursor
                 {
                     lane.cursor = Some(from.to_owned());
                 }
+                lane.queued = true;
+                lane.drained = false;
+            }
+            for queued in &groups {
                 // Read from just before the key itself too (a window may not reach it: past the
                 // cursor, from the head, or behind the cursor in a lane too full to read on),
                 // which entries of the same millisecond queued earlier (another store's backlog,
                 // on a stopped clock) may precede.
-                let from = just_before(&queued);
+                let from = just_before(queued);
                 if !lane.beyond.iter().any(|b| b == from)
                     && lane.beyond.len() < crate::storage::queue::KEYS_NOTED
                 {
                     lane.beyond.push(from.to_owned());
                 }
-                lane.queued = true;
-                lane.drained = false;
+            }
+            // And a store's work past its groups, a millisecond at a time (see `read_past`).
+            for queued in &past {
+                keep_earliest_of_store(&mut lane.past, group_of_key(queued));
             }
         }
     }

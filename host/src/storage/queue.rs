@@ -182,17 +182,12 @@ impl Queued {
     }
 
     /// Each store's earliest key in lane `index` (of its groups'), in the order first noted.
-    pub(super) fn earliest_of_stores(&self, index: usize) -> Vec<&str> {
-        let mut earliest: Vec<(&str, &str)> = Vec::new();
+    pub(super) fn earliest_of_stores(&self, index: usize) -> Vec<String> {
+        let mut earliest = Vec::new();
         for key in self.groups.get(index).into_iter().flatten() {
-            let store = store_of_key(key);
-            match earliest.iter_mut().find(|(s, _)| *s == store) {
-                Some((_, first)) if key.as_str() < *first => *first = key,
-                Some(_) => {}
-                None => earliest.push((store, key)),
-            }
+            keep_earliest_of_store(&mut earliest, key);
         }
-        earliest.into_iter().map(|(_, key)| key).collect()
+        earliest
     }
 
     /// Notes `key` as queued in lane `index` (also what another process announced): the
