@@ -307,14 +307,19 @@ impl Storage for FjallStorage {
         reverse: bool,
         limit: usize,
     ) -> Result<Vec<Entry>> {
-        let records = self.view();
         let from_head = after.is_none() && !reverse;
+        #[cfg(test)]
+        tests::before_scan_begins();
         let (head, scan) = if from_head {
             let (head, scan) = self.heads.lock().begin(prefix);
             (head, Some(scan))
         } else {
             (None, None)
         };
+        // Taken once the scan began: a batch committed before that is in the view, and one
+        // being committed then counts as inserted during the scan (see `Heads::begin`). (Taken
+        // before, a batch committed in between was in neither, and the head went past its keys.)
+        let records = self.view();
         // Every forward range ends where the prefix does: an open end reads on past it to the
         // next live key, over every removed key between (an empty lane's scan passed over the
         // next lane's removed entries, thousands of them, at every poll).
@@ -390,12 +395,25 @@ mod tests {
         /// Run by a batch committed on this thread once the heads moved back for it, before it
         /// is committed.
         static BEFORE_COMMIT: RefCell<Option<Box<dyn FnOnce()>>> = RefCell::new(None);
+        /// Run by the next scan on this thread before it begins (before its view is taken).
+        static BEFORE_SCAN: RefCell<Option<Box<dyn FnOnce()>>> = RefCell::new(None);
+    }
+
+    type Hook = std::thread::LocalKey<RefCell<Option<Box<dyn FnOnce()>>>>;
+
+    /// Runs the closure set in `hook`, if any, once.
+    fn run(hook: &'static Hook) {
+        if let Some(f) = hook.with(|h| h.borrow_mut().take()) {
+            f();
+        }
     }
 
     pub(super) fn before_commit() {
-        if let Some(f) = BEFORE_COMMIT.with(|b| b.borrow_mut().take()) {
-            f();
-        }
+        run(&BEFORE_COMMIT);
+    }
+
+    pub(super) fn before_scan_begins() {
+        run(&BEFORE_SCAN);
     }
 
     /// The first key under `prefix`, scanned from its start.
@@ -452,6 +470,24 @@ mod tests {
         }
         writer.join().expect("writer");
         assert_eq!(halves, 0, "reads that saw half a batch");
+    }
+
+    #[test]
+    fn a_batch_committed_just_before_a_scan_begins_is_in_its_view_and_under_its_head() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let storage = FjallStorage::open(dir.path()).expect("open");
+        let put = |storage: &FjallStorage, key: &str| {
+            storage
+                .transact(&mut |txn| txn.put(key.as_bytes(), b"v".to_vec()))
+                .expect("committed")
+        };
+        put(&storage, "q/5");
+        assert_eq!(first_under(&storage, "q/").as_deref(), Some("q/5"));
+        // `q/1` is committed whole as the next scan is about to begin.
+        let during = storage.clone();
+        BEFORE_SCAN.with(|h| *h.borrow_mut() = Some(Box::new(move || put(&during, "q/1"))));
+        assert_eq!(first_under(&storage, "q/").as_deref(), Some("q/1"));
+        assert_eq!(first_under(&storage, "q/").as_deref(), Some("q/1"));
     }
 
     #[test]
