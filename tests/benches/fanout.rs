@@ -42,8 +42,10 @@ static ALLOCATOR: commerce_host::Allocator = commerce_host::Allocator;
 struct Arrivals {
     /// (event id, path) → when its first request arrived.
     first: Mutex<HashMap<(String, String), Instant>>,
-    /// Woken by every request (waiting for one costs the engine no core, as a polling loop
-    /// would on a small machine).
+    /// Woken by every request to the quiet store's path, the only ones anyone waits for
+    /// (waiting for one costs the engine no core, as a polling loop would on a small machine;
+    /// woken by the burst's requests too, the waiter took a wake-up, a task's poll and the
+    /// map's lock from the engine for each of them).
     arrived: tokio::sync::Notify,
     /// How many first requests of an event arrived on a path other than the quiet store's: what
     /// the burst waits for, counted here so that its wait does not copy the map (10 000 entries,
@@ -77,12 +79,13 @@ async fn receive(
             true
         }
     };
-    if first && path != QUIET {
+    if path == QUIET {
+        arrivals.arrived.notify_waiters();
+    } else if first {
         arrivals
             .burst
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
-    arrivals.arrived.notify_waiters();
     "ok"
 }
 

@@ -81,12 +81,27 @@ pub struct Attempts {
     seen: Arc<Seen>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Seen {
     count: AtomicU64,
     /// When the latest attempt's span closed.
     last: Mutex<Option<Instant>>,
+    /// The count the waiter waits for (`u64::MAX` while none waits): only the attempt that
+    /// reaches it wakes the waiter. Woken by every attempt, the waiter took a wake-up and a
+    /// task's poll from the engine for each of them (about 5 % of a backlog's samples).
+    target: AtomicU64,
     wake: tokio::sync::Notify,
+}
+
+impl Default for Seen {
+    fn default() -> Self {
+        Self {
+            count: AtomicU64::new(0),
+            last: Mutex::new(None),
+            target: AtomicU64::new(u64::MAX),
+            wake: tokio::sync::Notify::new(),
+        }
+    }
 }
 
 /// The layer behind [`Attempts`].
@@ -103,8 +118,10 @@ where
         {
             let now = Instant::now();
             *self.0.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(now);
-            self.0.count.fetch_add(1, Ordering::SeqCst);
-            self.0.wake.notify_waiters();
+            let count = self.0.count.fetch_add(1, Ordering::SeqCst) + 1;
+            if count >= self.0.target.load(Ordering::SeqCst) {
+                self.0.wake.notify_waiters();
+            }
         }
     }
 }
@@ -128,9 +145,12 @@ impl Attempts {
     }
 
     /// Waits until at least `count` attempts were recorded, for at most `timeout`; returns when
-    /// the latest of them was.
+    /// the latest of them was. One waiter at a time.
     pub async fn wait_for(&self, count: u64, timeout: Duration) -> anyhow::Result<Instant> {
         let deadline = tokio::time::Instant::now() + timeout;
+        // Set before the count is read below: an attempt counted after that read sees it.
+        self.seen.target.store(count, Ordering::SeqCst);
+        let _clear = Clear(&self.seen.target);
         loop {
             let woken = self.seen.wake.notified();
             if self.count() >= count {
@@ -143,5 +163,14 @@ impl Attempts {
                 self.count()
             );
         }
+    }
+}
+
+/// Sets the awaited count back to none when the wait ends (however it ends).
+struct Clear<'a>(&'a AtomicU64);
+
+impl Drop for Clear<'_> {
+    fn drop(&mut self) {
+        self.0.store(u64::MAX, Ordering::SeqCst);
     }
 }
