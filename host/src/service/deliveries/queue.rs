@@ -566,8 +566,19 @@ impl FanOut<'_> {
             return Ok((None, None));
         }
         let Some(event) = event else {
+            if tx.exists(&event_key(&entry.store_id, &entry.event_id))? {
+                // Not read before the transaction, yet there (as a read that saw half a batch
+                // once missed one): the entry stays for a later fan-out, which reads it, rather
+                // than go and take the event's deliveries with it.
+                tracing::warn!(
+                    event = %entry.event_id,
+                    outbox = key,
+                    "fan-out: an outbox entry's event was not read; left for a later fan-out"
+                );
+                return Ok((None, None));
+            }
             tx.remove(key)?;
-            return Ok((None, None)); // Expired before it was fanned out.
+            return Ok((None, None)); // Purged (fanned out before, and the entry kept since).
         };
         let mut targets = Vec::new();
         let mut first = Vec::new();
@@ -1116,6 +1127,53 @@ pub(crate) mod tests {
         service
             .publish_plugin(manifest, &BTreeMap::new(), None)
             .expect("publish");
+    }
+
+    #[test]
+    fn an_outbox_entry_whose_event_was_not_read_stays_unless_the_transaction_finds_none() {
+        let (service, _clock, store, _dir) = paid_hooks_installed(1);
+        let deliveries = || keys(&service, "dlv/").len();
+        let before = deliveries();
+        // Each event's outbox entry, fanned out as if its event had not been read.
+        let unread = |event: &Event| {
+            let key = crate::model::event::outbox_key(&event.id);
+            let entry: OutboxEntry = service.db.read(&key).expect("read").expect("entry");
+            let chunk = FanOutChunk {
+                service: &service,
+                now: service.now(),
+                suspect: &|_| false,
+                remove: &[],
+                mark: None,
+            };
+            let fanned = chunk
+                .run(
+                    vec![(key.clone(), entry, None, Vec::new())],
+                    &mut None,
+                    &mut |_, _, _| panic!("nothing fanned out"),
+                )
+                .expect("fan out");
+            assert_eq!(fanned, None, "no mark");
+            service
+                .db
+                .read::<OutboxEntry>(&key)
+                .expect("read")
+                .is_some()
+        };
+        let event = paid(&service, &store, 1);
+        assert!(unread(&event), "there: its entry stays");
+        assert_eq!(deliveries(), before, "no delivery made");
+        // A later fan-out reads it: fanned out as any other.
+        assert_eq!(fan_out_all(&service, drop), 1);
+        assert_eq!(deliveries(), before + 1, "its delivery made");
+        // An event the transaction does not find either (purged): its entry is removed.
+        let event = paid(&service, &store, 2);
+        service
+            .db
+            .tx(|tx| tx.remove(&event_key(&store.id, &event.id)))
+            .expect("purged");
+        assert!(!unread(&event), "removed");
+        assert_eq!(fan_out_all(&service, drop), 0, "nothing left");
+        assert_eq!(deliveries(), before + 1, "nothing made");
     }
 
     /// An `order.paid` event committed to `store`.
