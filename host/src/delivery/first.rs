@@ -23,7 +23,7 @@ use jiff::Timestamp;
 use crate::model::delivery::{Delivery, TargetRef, millis};
 use crate::model::error::Result;
 use crate::model::event::OUTBOX_KEPT_MARK;
-use crate::model::work::{WorkKind, due_ms_of};
+use crate::model::work::{Work, WorkKind, due_ms_of};
 use crate::service::deliveries::queue::{self, FirstAttempt, FirstAttempts};
 use crate::storage::queue::Signal;
 use crate::storage::{Db, just_before};
@@ -85,8 +85,8 @@ struct State {
     /// Entries released after an error: fanned out again as at a start.
     released: HashSet<String>,
     /// Deliveries handed over and not yet taken into the engine's lanes: the lane, the key and
-    /// the entry as the queue stores it.
-    inbox: Vec<(WorkKind, String, Vec<u8>)>,
+    /// the work its queue entry would hold (never encoded: it is in memory only).
+    inbox: Vec<(WorkKind, String, Work)>,
     /// Outbox entries all of whose deliveries are settled, to remove.
     done: Vec<String>,
 }
@@ -147,35 +147,20 @@ impl First {
         }
     }
 
-    /// Takes the deliveries of the outbox entry `outbox` that the fan-out handed over. On an
-    /// error none is taken, and the entry is released to be fanned out again (which makes them).
-    pub fn give(&self, outbox: &str, given: Vec<FirstAttempt>) -> Result<()> {
+    /// Takes the deliveries of the outbox entry `outbox` that the fan-out handed over.
+    pub fn give(&self, outbox: &str, given: Vec<FirstAttempt>) {
         if given.is_empty() {
-            return Ok(());
+            return;
         }
-        let encoded = given
-            .into_iter()
-            .map(|(key, delivery)| {
-                let lane = match delivery.target {
-                    TargetRef::Webhook(_) => WorkKind::Webhook,
-                    TargetRef::Component(_) => WorkKind::Component,
-                };
-                let work = serde_json::to_vec(&delivery.work())?;
-                Ok((lane, key, work, delivery))
-            })
-            .collect::<Result<Vec<_>>>();
-        let encoded = match encoded {
-            Ok(encoded) => encoded,
-            Err(e) => {
-                self.state().released.insert(outbox.to_owned());
-                self.list_from(outbox);
-                return Err(e);
-            }
-        };
         let mut state = self.state();
-        state.held.insert(outbox.to_owned(), encoded.len());
+        state.held.insert(outbox.to_owned(), given.len());
         state.released.remove(outbox);
-        for (lane, key, bytes, delivery) in encoded {
+        for (key, delivery) in given {
+            let lane = match delivery.target {
+                TargetRef::Webhook(_) => WorkKind::Webhook,
+                TargetRef::Component(_) => WorkKind::Component,
+            };
+            let work = delivery.work();
             let due = due_ms_of(&key).unwrap_or(0);
             self.signal.hold(due);
             let given = Given {
@@ -185,14 +170,13 @@ impl First {
             };
             state.given.insert(key.clone(), given);
             state.waiting.push_back((due, key.clone()));
-            state.inbox.push((lane, key, bytes));
+            state.inbox.push((lane, key, work));
         }
         if state.waiting.len() > 4 * self.max_given.max(1) {
             // Settled long ago, their time not yet come (a clock that stands still): let go.
             let State { waiting, given, .. } = &mut *state;
             waiting.retain(|(_, key)| given.contains_key(key));
         }
-        Ok(())
     }
 
     /// Writes pending the deliveries handed over that have waited [`WRITE_PENDING_AFTER`] at
@@ -278,7 +262,7 @@ impl First {
     }
 
     /// The deliveries handed over since the last call, for the engine's lanes.
-    pub fn take_inbox(&self) -> Vec<(WorkKind, String, Vec<u8>)> {
+    pub fn take_inbox(&self) -> Vec<(WorkKind, String, Work)> {
         std::mem::take(&mut self.state().inbox)
     }
 
@@ -457,7 +441,7 @@ mod tests {
 
     /// One fan-out call with `first`, its deliveries handed over.
     fn fan_out_call(service: &Service, first: &First) -> queue::FannedOut {
-        let given = |_: queue::ReadEvent, key: &str, given| first.give(key, given).expect("give");
+        let given = |_: queue::ReadEvent, key: &str, given| first.give(key, given);
         fan_out(service, service.now(), 256, first.attempts(), given).expect("fan out")
     }
 
@@ -698,7 +682,7 @@ mod tests {
         service: &Service,
         store: &crate::model::store::Store,
         first: &First,
-    ) -> Vec<(WorkKind, String, Vec<u8>)> {
+    ) -> Vec<(WorkKind, String, Work)> {
         paid(service, store, 1);
         fan_out_with(service, first);
         let given = first.take_inbox();

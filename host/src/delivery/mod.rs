@@ -44,6 +44,7 @@ use tracing::Instrument as _;
 use self::client::{HttpClient, Timeouts};
 use self::fair::{Fair, Kind, MESSAGE_CONCURRENCY, NotStarted, Slot};
 use self::mail::HostMail;
+use self::ready::Entry;
 use crate::metrics::TargetKind;
 use crate::model::delivery::Outcome;
 use crate::model::delivery::{DueEntry, RETENTION, TargetRef, millis};
@@ -529,12 +530,8 @@ async fn fan_out(shared: Arc<Shared>, poll: Duration, mut stopped: watch::Receiv
                 if first.is_empty() {
                     return;
                 }
-                match shared.first.give(key, first) {
-                    Ok(()) => shared.done.notify_one(), // The engine's next round takes them.
-                    Err(e) => {
-                        tracing::error!(error = %format!("{e:#}"), "delivery engine: first attempts")
-                    }
-                }
+                shared.first.give(key, first);
+                shared.done.notify_one(); // The engine's next round takes them.
             })
         });
         match fanned {
@@ -636,7 +633,7 @@ impl Lane {
                 MAX_IN_FLIGHT_PER_TARGET,
             );
             if behind < MAX_IN_FLIGHT_PER_TARGET {
-                self.ready.insert(key, bytes);
+                self.ready.insert(key, Entry::Stored(bytes));
             } else {
                 all = false;
             }
@@ -734,9 +731,9 @@ impl Shared {
     ) -> Result<()> {
         let db = &self.service.db;
         let now = self.service.now();
-        for (kind, key, bytes) in self.first.take_inbox() {
+        for (kind, key, work) in self.first.take_inbox() {
             let lane = &mut lanes.lanes[crate::storage::queue::lane_index(kind)];
-            lane.ready.insert(key, bytes);
+            lane.ready.insert(key, Entry::Made(work));
         }
         if now >= *next_purge {
             let purged = queue::purge(db, now, BATCH)?;
@@ -954,7 +951,7 @@ impl Shared {
                 lane.cursor = Some(key.clone());
                 if !self.fair.is_taken(&key)
                     && self.takes(&key, now_ms)
-                    && lane.ready.insert(key, bytes)
+                    && lane.ready.insert(key, Entry::Stored(bytes))
                 {
                     room -= 1;
                     if room == 0 {
@@ -980,10 +977,11 @@ impl Shared {
     ) -> Result<()> {
         let pool = pool_of(kind);
         let mut skipped = 0;
-        let mut started = Vec::new();
+        // Entries already in flight (taken out), and those started.
+        let mut in_flight = Vec::new();
         let mut starting = Vec::new();
         let mut round = lane.ready.round();
-        while let Some((key, bytes, _)) = round.next() {
+        while let Some((key, entry, _)) = round.next() {
             if self.fair.free_in(pool) == 0 || skipped >= budget {
                 break; // A finishing attempt wakes the engine.
             }
@@ -992,14 +990,17 @@ impl Shared {
             let (slot, work) = match delivery_of_key(key).and_then(|d| self.slot_of_delivery(d)) {
                 Some(slot) => (slot, None),
                 None => {
-                    let work: Work = crate::storage::Db::decode(key, bytes)?;
+                    let work = match entry {
+                        Entry::Stored(bytes) => crate::storage::Db::decode(key, bytes)?,
+                        Entry::Made(work) => work.clone(),
+                    };
                     (self.slot(key, &work)?, Some(work))
                 }
             };
             let ticket = match self.fair.try_start(key, slot) {
                 Ok(ticket) => ticket,
                 Err(NotStarted::InFlight) => {
-                    started.push(key.to_owned());
+                    in_flight.push(key.to_owned());
                     continue;
                 }
                 Err(NotStarted::Busy) => {
@@ -1009,17 +1010,29 @@ impl Shared {
                     continue;
                 }
             };
-            started.push(key.to_owned());
-            let work = match work {
-                Some(work) => work,
-                None => crate::storage::Db::decode(key, bytes)?,
+            // Stored work is decoded here, so that an entry that cannot be stays ready (no
+            // entry of the round is taken out then); work made in memory is moved out below.
+            let work = match (work, entry) {
+                (Some(work), _) => Some(work),
+                (None, Entry::Stored(bytes)) => Some(crate::storage::Db::decode(key, bytes)?),
+                (None, Entry::Made(_)) => None,
             };
             starting.push((key.to_owned(), work, ticket));
         }
-        for key in started {
+        for key in in_flight {
             lane.ready.remove(&key);
         }
-        self.start(starting, tasks);
+        let mut started = Vec::with_capacity(starting.len());
+        for (key, work, ticket) in starting {
+            let removed = lane.ready.remove(&key);
+            let work = match (work, removed) {
+                (Some(work), _) | (None, Some(Entry::Made(work))) => work,
+                // (Not reached: the round gave it, and nothing took it out since.)
+                (None, _) => continue,
+            };
+            started.push((key, work, ticket));
+        }
+        self.start(started, tasks);
         Ok(())
     }
 
@@ -1211,7 +1224,7 @@ impl Shared {
             .owners
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get(&target)
+            .get(target)
             .cloned();
         let owner = match known {
             Some(owner) => owner,
@@ -1221,7 +1234,7 @@ impl Shared {
                 if owners.len() >= MAX_OWNERS_CACHED {
                     owners.clear();
                 }
-                owners.insert(target.clone(), owner.clone());
+                owners.insert(target.to_owned(), owner.clone());
                 owner
             }
         };
@@ -1230,7 +1243,7 @@ impl Shared {
                 TargetRef::Webhook(_) => Kind::Webhook,
                 TargetRef::Component(_) => Kind::Component,
             },
-            target,
+            target: target.to_owned(),
             installation: owner.installation,
             plugin: owner.plugin,
             store: entry.store_id.to_string(),
@@ -1256,8 +1269,8 @@ impl Shared {
                 plugin: i.plugin.clone(),
             },
             None => Owner {
-                installation: entry.target.key(),
-                plugin: entry.target.key(),
+                installation: entry.target.key().to_owned(),
+                plugin: entry.target.key().to_owned(),
             },
         })
     }
@@ -1651,17 +1664,17 @@ mod tests {
         let shared = shared_on(&service, fair.clone());
         let first = shared.first.attempts();
         queue::fan_out(&service, service.now(), 256, first, |_, key, given| {
-            shared.first.give(key, given).expect("give");
+            shared.first.give(key, given);
         })
         .expect("fan out");
         paid(&service, &store, 1);
         queue::fan_out(&service, service.now(), 256, first, |_, key, given| {
-            shared.first.give(key, given).expect("give");
+            shared.first.give(key, given);
         })
         .expect("fan out");
         let handed = shared.first.take_inbox();
-        let (_, key, bytes) = handed.last().expect("the order.paid delivery handed over");
-        let Work::Delivery(entry) = crate::storage::Db::decode(key, bytes).expect("work") else {
+        let (_, key, work) = handed.last().expect("the order.paid delivery handed over");
+        let Work::Delivery(entry) = work.clone() else {
             panic!("a delivery");
         };
         let made = shared.first.made(key).expect("made");
@@ -1757,7 +1770,7 @@ mod tests {
                     0,
                     n % 50
                 ),
-                Vec::new(),
+                Entry::Stored(Vec::new()),
             );
         }
         lane.cursor = Some(format!("work/webhook/{:020}/", 1));
@@ -1903,17 +1916,17 @@ mod tests {
         }
         let first = shared.first.attempts();
         while queue::fan_out(&service, service.now(), 256, first, |_, key, given| {
-            shared.first.give(key, given).expect("give");
+            shared.first.give(key, given);
         })
         .expect("fan out")
         .more
         {}
         let webhooks = crate::storage::queue::lane_index(WorkKind::Webhook);
         let mut lanes = Lanes::default();
-        for (kind, key, bytes) in shared.first.take_inbox() {
+        for (kind, key, work) in shared.first.take_inbox() {
             lanes.lanes[crate::storage::queue::lane_index(kind)]
                 .ready
-                .insert(key, bytes);
+                .insert(key, Entry::Made(work));
         }
         assert_eq!(shared.first.given(), 5000);
         assert!(lanes.lanes[webhooks].ready.len() > READY_HARD_MAX);
@@ -1946,10 +1959,12 @@ mod tests {
         let mut lane = Lane::default();
         // A backlog's target with what it may start at once ready, and a target with one fewer.
         for n in 0..MAX_IN_FLIGHT_PER_TARGET {
-            lane.ready.insert(key("whk_loud", n), Vec::new());
+            lane.ready
+                .insert(key("whk_loud", n), Entry::Stored(Vec::new()));
         }
         for n in 1..MAX_IN_FLIGHT_PER_TARGET {
-            lane.ready.insert(key("whk_busy", n), Vec::new());
+            lane.ready
+                .insert(key("whk_busy", n), Entry::Stored(Vec::new()));
         }
         let before = lane.ready.len();
         // Read from where a commit queued work: the quiet target's three events, one of them in
@@ -1984,7 +1999,8 @@ mod tests {
         let mut lane = Lane::default();
         // The cursor's read made a backlog's target's next attempts ready, and stopped at 50.
         for n in 0..MAX_IN_FLIGHT_PER_TARGET {
-            lane.ready.insert(key("whk_loud", n), Vec::new());
+            lane.ready
+                .insert(key("whk_loud", n), Entry::Stored(Vec::new()));
         }
         lane.cursor = Some(key("whk_loud", 50));
         // A quiet target's events came in past the window, as many as it may start at once:

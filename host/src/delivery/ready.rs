@@ -12,12 +12,25 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap, btree_map, btree_set};
 
 use foldhash::HashMap;
 
+use crate::model::work::Work;
+
+/// A ready entry's work.
+#[derive(Debug)]
+pub(super) enum Entry {
+    /// As the queue stores it, read from storage: decoded when it starts (most entries a round
+    /// passes over are never decoded).
+    Stored(Vec<u8>),
+    /// Made in memory by the fan-out, handed over for its first attempt (see [`super::first`]):
+    /// neither encoded nor decoded.
+    Made(Work),
+}
+
 /// The ready entries of one lane (see the module's documentation).
 #[derive(Debug, Default)]
 pub(super) struct Ready {
     /// Each group's entries by key: a group is the target a delivery's key names, or an entry
     /// alone (a message, a mail) under its own key.
-    groups: HashMap<String, BTreeMap<String, Vec<u8>>>,
+    groups: HashMap<String, BTreeMap<String, Entry>>,
     /// Each group's first key, with the group, in key order.
     heads: BTreeSet<(String, String)>,
     len: usize,
@@ -61,13 +74,13 @@ impl Ready {
     }
 
     /// Adds the entry at `key`; returns whether it was not ready already (an entry read again
-    /// keeps its place and takes the bytes read last).
-    pub(super) fn insert(&mut self, key: String, bytes: Vec<u8>) -> bool {
+    /// keeps its place and takes the work given last).
+    pub(super) fn insert(&mut self, key: String, entry: Entry) -> bool {
         let group = group_of(&key);
         let Some(entries) = self.groups.get_mut(group) else {
             let group = group.to_owned();
             self.heads.insert((key.clone(), group.clone()));
-            self.groups.insert(group, BTreeMap::from([(key, bytes)]));
+            self.groups.insert(group, BTreeMap::from([(key, entry)]));
             self.len += 1;
             return true;
         };
@@ -79,21 +92,17 @@ impl Ready {
             self.heads.remove(&(head.clone(), group.clone()));
             self.heads.insert((key.clone(), group));
         }
-        let new = entries.insert(key, bytes).is_none();
+        let new = entries.insert(key, entry).is_none();
         self.len += usize::from(new);
         new
     }
 
     /// Takes the entry at `key` out, if it is ready.
-    pub(super) fn remove(&mut self, key: &str) {
+    pub(super) fn remove(&mut self, key: &str) -> Option<Entry> {
         let group = group_of(key);
-        let Some(entries) = self.groups.get_mut(group) else {
-            return;
-        };
+        let entries = self.groups.get_mut(group)?;
         let was_head = entries.keys().next().is_some_and(|head| head == key);
-        if entries.remove(key).is_none() {
-            return;
-        }
+        let removed = entries.remove(key)?;
         self.len -= 1;
         if was_head {
             // The group's place in `heads` moves to its next entry (one key allocated for both).
@@ -109,6 +118,7 @@ impl Ready {
                 }
             }
         }
+        Some(removed)
     }
 
     /// The entries in key order, for one round (see [`Round`]).
@@ -125,9 +135,9 @@ impl Ready {
 /// A group a round has reached: its next entry, and the ones after it.
 struct Open<'a> {
     key: &'a str,
-    bytes: &'a [u8],
+    entry: &'a Entry,
     group: &'a str,
-    rest: btree_map::Iter<'a, String, Vec<u8>>,
+    rest: btree_map::Iter<'a, String, Entry>,
 }
 
 impl PartialEq for Open<'_> {
@@ -153,7 +163,7 @@ impl Ord for Open<'_> {
 /// One round over the ready entries: [`Round::next`] gives them in key order; after
 /// [`Round::pass_over`], the group of the entry it gave last gives no more.
 pub(super) struct Round<'a> {
-    groups: &'a HashMap<String, BTreeMap<String, Vec<u8>>>,
+    groups: &'a HashMap<String, BTreeMap<String, Entry>>,
     /// The groups not reached yet, by their first key.
     heads: std::iter::Peekable<btree_set::Iter<'a, (String, String)>>,
     /// The groups reached and not passed over, by their next key.
@@ -163,13 +173,13 @@ pub(super) struct Round<'a> {
 }
 
 impl<'a> Round<'a> {
-    /// The next entry in key order: its key, its bytes as stored, and its group.
-    pub(super) fn next(&mut self) -> Option<(&'a str, &'a [u8], &'a str)> {
+    /// The next entry in key order: its key, its work, and its group.
+    pub(super) fn next(&mut self) -> Option<(&'a str, &'a Entry, &'a str)> {
         if let Some(mut current) = self.current.take()
-            && let Some((key, bytes)) = current.rest.next()
+            && let Some((key, entry)) = current.rest.next()
         {
             current.key = key;
-            current.bytes = bytes;
+            current.entry = entry;
             self.open.push(Reverse(current));
         }
         let from_heads = match (self.heads.peek(), self.open.peek()) {
@@ -181,17 +191,17 @@ impl<'a> Round<'a> {
         let next = if from_heads {
             let (_, group) = self.heads.next()?;
             let mut rest = self.groups.get(group)?.iter();
-            let (key, bytes) = rest.next()?;
+            let (key, entry) = rest.next()?;
             Open {
                 key,
-                bytes,
+                entry,
                 group,
                 rest,
             }
         } else {
             self.open.pop()?.0
         };
-        let given = (next.key, next.bytes, next.group);
+        let given = (next.key, next.entry, next.group);
         self.current = Some(next);
         Some(given)
     }
@@ -210,10 +220,15 @@ mod tests {
         format!("work/webhook/{due:013}/{store}/{target}/evt_{n}")
     }
 
+    /// An entry as stored, its bytes its own key's.
+    fn stored(key: &str) -> Entry {
+        Entry::Stored(key.as_bytes().to_vec())
+    }
+
     fn ready(keys: &[String]) -> Ready {
         let mut ready = Ready::default();
         for k in keys {
-            assert!(ready.insert(k.clone(), k.as_bytes().to_vec()));
+            assert!(ready.insert(k.clone(), stored(k)));
         }
         ready
     }
@@ -222,8 +237,11 @@ mod tests {
     fn taken(ready: &Ready, busy: &[&str]) -> Vec<String> {
         let mut round = ready.round();
         let mut out = Vec::new();
-        while let Some((key, bytes, group)) = round.next() {
-            assert_eq!(bytes, key.as_bytes(), "the entry's own bytes");
+        while let Some((key, entry, group)) = round.next() {
+            assert!(
+                matches!(entry, Entry::Stored(bytes) if bytes == key.as_bytes()),
+                "the entry's own bytes"
+            );
             if busy.contains(&group) {
                 round.pass_over();
             } else {
@@ -292,22 +310,44 @@ mod tests {
     }
 
     #[test]
+    fn work_made_in_memory_is_given_by_a_round_and_moved_out_whole() {
+        let mail = |n: u32| Work::Mail {
+            mail_id: format!("mail_{n}").parse().expect("id"),
+        };
+        let (made, stored) = (key(2, "s", "wh_a", 1), key(1, "s", "wh_a", 2));
+        let mut ready = Ready::default();
+        assert!(ready.insert(made.clone(), Entry::Made(mail(1))));
+        assert!(ready.insert(stored.clone(), self::stored(&stored)));
+        let mut round = ready.round();
+        let mut given = Vec::new();
+        while let Some((key, entry, _)) = round.next() {
+            given.push((key.to_owned(), matches!(entry, Entry::Made(_))));
+        }
+        assert_eq!(given, [(stored.clone(), false), (made.clone(), true)]);
+        assert!(matches!(ready.remove(&made), Some(Entry::Made(work)) if work == mail(1)));
+        // Given again, an entry keeps its place and takes the work given last.
+        assert!(!ready.insert(stored.clone(), Entry::Made(mail(2))));
+        assert!(matches!(ready.remove(&stored), Some(Entry::Made(work)) if work == mail(2)));
+        assert_eq!(ready.len(), 0);
+    }
+
+    #[test]
     fn removing_and_adding_entries_keeps_each_group_at_its_first_key() {
         let a = [key(5, "s", "wh_a", 1), key(7, "s", "wh_a", 2)];
         let b = key(6, "s", "wh_b", 3);
         let mut ready = ready(&[a[0].clone(), a[1].clone(), b.clone()]);
-        assert!(
-            !ready.insert(a[1].clone(), a[1].as_bytes().to_vec()),
-            "again"
-        );
+        assert!(!ready.insert(a[1].clone(), stored(&a[1])), "again");
         assert_eq!(ready.len(), 3);
-        ready.remove(&a[0]);
+        assert!(
+            matches!(ready.remove(&a[0]), Some(Entry::Stored(bytes)) if bytes == a[0].as_bytes())
+        );
+        assert!(ready.remove(&a[0]).is_none(), "removed once");
         assert_eq!(taken(&ready, &[]), vec![b.clone(), a[1].clone()]);
         // An earlier entry of a group becomes its head.
         let early = key(1, "s", "wh_a", 4);
         assert_eq!(ready.ready_in_group_of(&early), 1);
         assert_eq!(ready.ready_in_group_of(&key(1, "s", "wh_c", 5)), 0);
-        ready.insert(early.clone(), early.as_bytes().to_vec());
+        ready.insert(early.clone(), stored(&early));
         assert_eq!(
             taken(&ready, &[]),
             vec![early.clone(), b.clone(), a[1].clone()]

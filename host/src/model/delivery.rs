@@ -45,10 +45,10 @@ pub enum TargetRef {
 
 impl TargetRef {
     /// The target's id as it appears in keys (ids carry their kind in their prefix).
-    pub fn key(&self) -> String {
+    pub fn key(&self) -> &str {
         match self {
-            TargetRef::Webhook(id) => id.to_string(),
-            TargetRef::Component(id) => id.to_string(),
+            TargetRef::Webhook(id) => id.as_str(),
+            TargetRef::Component(id) => id.as_str(),
         }
     }
 }
@@ -256,7 +256,14 @@ pub fn millis(at: Timestamp) -> u64 {
 
 /// Key of a delivery.
 pub fn delivery_key(store: &StoreId, target: &TargetRef, event: &EventId) -> String {
-    format!("dlv/{store}/{}/{event}", target.key())
+    super::key_of(&[
+        "dlv/",
+        store.as_str(),
+        "/",
+        target.key(),
+        "/",
+        event.as_str(),
+    ])
 }
 
 /// Prefix of a target's deliveries.
@@ -266,7 +273,7 @@ pub fn deliveries_prefix(store: &StoreId, target: &TargetRef) -> String {
 
 /// Key of an attempt.
 pub fn attempt_key(store: &StoreId, target: &TargetRef, id: &AttemptId) -> String {
-    format!("att/{store}/{}/{id}", target.key())
+    super::key_of(&["att/", store.as_str(), "/", target.key(), "/", id.as_str()])
 }
 
 /// Prefix of a target's attempts.

@@ -93,20 +93,23 @@ impl Work {
 
     /// Its key when due at `ms` milliseconds since the epoch.
     pub fn key_at_ms(&self, ms: u64) -> String {
-        let kind = self.kind().as_str();
-        match self {
-            Work::Delivery(e) => format!(
-                "{WORK_PREFIX}{kind}/{ms:020}/{}/{}/{}",
-                e.store_id,
-                e.target.key(),
-                e.event_id
-            ),
+        // `{WORK_PREFIX}{kind}/{ms:020}/{names joined by '/'}`
+        let names: &[&str] = match self {
+            Work::Delivery(e) => &[e.store_id.as_str(), e.target.key(), e.event_id.as_str()],
             Work::Message {
                 store_id,
                 message_id,
-            } => format!("{WORK_PREFIX}{kind}/{ms:020}/{store_id}/{message_id}"),
-            Work::Mail { mail_id } => format!("{WORK_PREFIX}{kind}/{ms:020}/{HOST}/{mail_id}"),
+            } => &[store_id.as_str(), message_id.as_str()],
+            Work::Mail { mail_id } => &[HOST, mail_id.as_str()],
+        };
+        let mut key = super::key_of(&[WORK_PREFIX, self.kind().as_str(), "/"]);
+        key.reserve(20 + names.iter().map(|name| name.len() + 1).sum::<usize>());
+        super::push_padded(&mut key, ms);
+        for name in names {
+            key.push('/');
+            key.push_str(name);
         }
+        key
     }
 }
 
@@ -141,10 +144,35 @@ mod tests {
             delivery.key_at_ms(7),
             "work/webhook/00000000000000000007/store_a/wh_a/evt_a"
         );
+        // The records' keys, joined from the same parts.
+        let Work::Delivery(entry) = &delivery else {
+            unreachable!()
+        };
+        let (store, target, event) = (&entry.store_id, &entry.target, &entry.event_id);
+        use crate::model::delivery::{attempt_key, delivery_key};
+        assert_eq!(delivery_key(store, target, event), "dlv/store_a/wh_a/evt_a");
+        let attempt = "att_a".parse().expect("id");
+        assert_eq!(
+            attempt_key(store, target, &attempt),
+            "att/store_a/wh_a/att_a"
+        );
+        assert_eq!(
+            crate::model::event::event_key(store, event),
+            "evt/store_a/evt_a"
+        );
+        assert_eq!(crate::model::log::invocation_key(&attempt), "inv/att_a");
         let mail = Work::Mail {
             mail_id: "mail_a".parse().expect("id"),
         };
         assert_eq!(mail.kind(), WorkKind::Mail);
+        assert_eq!(
+            mail.key_at_ms(u64::MAX),
+            format!("work/mail/{}/host/mail_a", u64::MAX)
+        );
+        assert_eq!(
+            message.key_at_ms(1_234),
+            "work/message/00000000000000001234/store_a/msg_a"
+        );
         let json = serde_json::to_string(&delivery).expect("json");
         assert_eq!(
             serde_json::from_str::<Work>(&json).expect("decode"),
