@@ -601,9 +601,10 @@ struct Lane {
     /// [`KEYS_NOTED`](crate::storage::queue::KEYS_NOTED)): read from each too next round, even
     /// into a full window (a store's event behind another's backlog that fills it), a few entries
     /// of the group at most ([`BEYOND_BATCH`]; one group of a store a round), of
-    /// which those of a backlog's targets are left for the cursor ([`Lane::keep_beyond`]), so
-    /// that one store's backlog does not fill the lane through these reads. A read that kept
-    /// all of a full batch goes on from its last entry next round.
+    /// which those of a backlog's targets are not kept ([`Lane::keep_beyond`]: read again from
+    /// their millisecond in a later round), so that one store's backlog does not fill the lane
+    /// through these reads. A read that kept all of a full batch goes on from its last entry
+    /// next round.
     beyond: Vec<String>,
     /// Where a store's work queued past the groups noted for it begins (see
     /// [`Queued::past`](crate::storage::queue::Queued::past)), as the group of that millisecond
@@ -619,8 +620,10 @@ impl Lane {
     /// cursor: a backlog's target, whose
     /// next attempts the cursor's reads made ready, and whose later ones come with the cursor.
     /// A quiet store's events committed together all come in, however many: its target's ready
-    /// entries, if any, came from reads past the window too. Returns whether it kept every
-    /// entry not in flight.
+    /// entries, if any, came from reads past the window too. Where an entry is not kept, its
+    /// store's work is read on from its millisecond in a later round ([`Lane::past`]), once its
+    /// targets have room: the cursor may not come by for seconds (a full window ahead of it, or
+    /// the lane read from its head again). Returns whether it kept every entry not in flight.
     fn keep_beyond(&mut self, batch: Vec<(String, Vec<u8>)>, taken: impl Fn(&str) -> bool) -> bool {
         let mut all = true;
         for (key, bytes) in batch {
@@ -635,6 +638,10 @@ impl Lane {
             if behind < MAX_IN_FLIGHT_PER_TARGET {
                 self.ready.insert(key, Entry::Stored(bytes));
             } else {
+                if all {
+                    let group = crate::storage::queue::group_of_key(&key);
+                    crate::storage::queue::keep_earliest_of_store(&mut self.past, group);
+                }
                 all = false;
             }
         }
@@ -855,12 +862,12 @@ impl Shared {
             READY_HARD_MAX.saturating_add(self.first.given())
         };
         for from in past {
-            if lane.ready.len() >= most {
-                break; // The lane holds all it may: the cursor reads on.
-            }
             let store = crate::storage::queue::store_of_key(&from);
-            if read.iter().any(|(s, backlog)| s == store && *backlog) {
-                continue; // A backlog's: the cursor reads it.
+            if lane.ready.len() >= most || read.iter().any(|(s, backlog)| s == store && *backlog) {
+                // The lane holds all it may, or the store's targets hold what they may start:
+                // read on from here in a later round.
+                crate::storage::queue::keep_earliest_of_store(&mut lane.past, &from);
+                continue;
             }
             if self.read_past(kind, now, &from, lane)? {
                 waiting = true;
@@ -872,8 +879,9 @@ impl Shared {
     /// Reads a store's work queued past the groups noted for it ([`Lane::past`]), from the
     /// group `from` on, a millisecond at a time (each millisecond's group, one seek), up to now:
     /// at most [`PAST_MS_PER_ROUND`] milliseconds and [`BEYOND_BATCH`] entries a round, the
-    /// rest next round. Left to the cursor when it meets a backlog's targets (see
-    /// [`Lane::keep_beyond`]). Returns whether it goes on next round.
+    /// rest next round. Stops where it meets a target that holds what it may start at once, and
+    /// goes on from there in a later round (see [`Lane::keep_beyond`]). Returns whether it goes
+    /// on next round at once.
     fn read_past(
         &self,
         kind: WorkKind,
@@ -1729,6 +1737,70 @@ mod tests {
         let quiet = crate::storage::queue::GROUPS_PER_STORE as i64 + 4;
         let rounds = quiet_events_past_a_full_window(quiet, "1970-01-01T00:00:00.100Z");
         assert!(rounds <= quiet as usize, "{rounds} rounds");
+    }
+
+    #[test]
+    fn a_quiet_target_at_its_share_has_its_later_events_read_once_it_has_room_not_left_to_a_cursor_at_the_head()
+     {
+        let now: Timestamp = "1970-01-01T00:00:00.100Z".parse().expect("ts");
+        let (shared, _dir) = shared_at(now);
+        let db = &shared.service.db;
+        let ms = |n: i64| Timestamp::from_millisecond(n).expect("ts");
+        let quiet_work = |n: i64| {
+            Work::Delivery(DueEntry {
+                store_id: "store_quiet".parse().expect("id"),
+                target: TargetRef::Webhook("wh_900".parse().expect("id")),
+                event_id: format!("evt_q{n:03}").parse().expect("id"),
+            })
+        };
+        let webhooks = crate::storage::queue::lane_index(WorkKind::Webhook);
+        let mut lanes = Lanes::default();
+        // A lane read from its head again (the sweep's read from the head), over-full with a
+        // loud store's work read past its window: the cursor reads nothing this round.
+        let lane = &mut lanes.lanes[webhooks];
+        for n in 0..READY_MAX + BATCH {
+            lane.ready.insert(
+                format!(
+                    "work/webhook/{:020}/store_loud/wh_{:03}/evt_r{n:04}",
+                    0,
+                    n % 50
+                ),
+                Entry::Stored(Vec::new()),
+            );
+        }
+        lane.cursor = None;
+        let _ = shared.wake.take_earliest();
+        // A quiet store's events, one a millisecond, more than its target may start at once and
+        // than the groups noted for a store.
+        let quiet = 2 * MAX_IN_FLIGHT_PER_TARGET as i64;
+        for n in 0..quiet {
+            db.tx(|tx| tx.enqueue(&quiet_work(n), ms(2 + n)).map(drop))
+                .expect("quiet");
+        }
+        lanes.start_at(shared.wake.take_earliest());
+        let lane = &mut lanes.lanes[webhooks];
+        while shared.refill(WorkKind::Webhook, now, lane).expect("refill") {}
+        let quiet_key = |n: i64| quiet_work(n).key(ms(2 + n));
+        assert_eq!(
+            lane.ready.ready_in_group_of(&quiet_key(0)),
+            MAX_IN_FLIGHT_PER_TARGET,
+            "what its target may start at once"
+        );
+        // Its attempts start (and finish): the next rounds read the rest, as its target has room.
+        let mut started = 0;
+        for round in 0..quiet {
+            for n in 0..quiet {
+                if lane.ready.remove(&quiet_key(n)).is_some() {
+                    started += 1;
+                }
+            }
+            if started == quiet {
+                break;
+            }
+            assert!(round < quiet - 1, "{started} of the {quiet} events started");
+            while shared.refill(WorkKind::Webhook, now, lane).expect("refill") {}
+        }
+        assert_eq!(lane.cursor, None, "not from the cursor");
     }
 
     /// A quiet store's `quiet` events, each committed in a millisecond of its own, with a loud
