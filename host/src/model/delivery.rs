@@ -256,14 +256,15 @@ pub fn millis(at: Timestamp) -> u64 {
 
 /// Key of a delivery.
 pub fn delivery_key(store: &StoreId, target: &TargetRef, event: &EventId) -> String {
-    super::key_of(&[
+    [
         "dlv/",
         store.as_str(),
         "/",
         target.key(),
         "/",
         event.as_str(),
-    ])
+    ]
+    .concat()
 }
 
 /// Prefix of a target's deliveries.
@@ -273,7 +274,7 @@ pub fn deliveries_prefix(store: &StoreId, target: &TargetRef) -> String {
 
 /// Key of an attempt.
 pub fn attempt_key(store: &StoreId, target: &TargetRef, id: &AttemptId) -> String {
-    super::key_of(&["att/", store.as_str(), "/", target.key(), "/", id.as_str()])
+    ["att/", store.as_str(), "/", target.key(), "/", id.as_str()].concat()
 }
 
 /// Prefix of a target's attempts.

@@ -253,7 +253,7 @@ impl Cause {
 
 /// Key of an event record.
 pub fn event_key(store: &StoreId, id: &EventId) -> String {
-    super::key_of(&["evt/", store.as_str(), "/", id.as_str()])
+    ["evt/", store.as_str(), "/", id.as_str()].concat()
 }
 
 /// Key prefix of a store's events.

@@ -100,5 +100,5 @@ pub struct InvocationRecord {
 
 /// Key of the invocation kept for the attempt `attempt`.
 pub fn invocation_key(attempt: &crate::model::ids::AttemptId) -> String {
-    super::key_of(&["inv/", attempt.as_str()])
+    ["inv/", attempt.as_str()].concat()
 }

@@ -27,18 +27,9 @@ pub mod store;
 pub mod webhook;
 pub mod work;
 
-/// A storage key of `parts` joined as they are, allocated once at its size (keys are built for
-/// every record an attempt reads and writes; `format!` took about 3 % of a backlog's samples).
-pub fn key_of(parts: &[&str]) -> String {
-    let mut key = String::with_capacity(parts.iter().map(|part| part.len()).sum());
-    for part in parts {
-        key.push_str(part);
-    }
-    key
-}
-
 /// Appends `n` in decimal, zero-padded to 20 digits (every `u64` fits): as `format!("{n:020}")`,
-/// without its machinery.
+/// without its machinery (the keys an attempt reads and writes are joined with `concat`, which
+/// allocates once at their size; through `format!` they took about 3 % of a backlog's samples).
 pub fn push_padded(key: &mut String, mut n: u64) {
     let mut digits = [b'0'; 20];
     for digit in digits.iter_mut().rev() {

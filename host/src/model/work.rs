@@ -102,7 +102,7 @@ impl Work {
             } => &[store_id.as_str(), message_id.as_str()],
             Work::Mail { mail_id } => &[HOST, mail_id.as_str()],
         };
-        let mut key = super::key_of(&[WORK_PREFIX, self.kind().as_str(), "/"]);
+        let mut key = [WORK_PREFIX, self.kind().as_str(), "/"].concat();
         key.reserve(20 + names.iter().map(|name| name.len() + 1).sum::<usize>());
         super::push_padded(&mut key, ms);
         for name in names {
