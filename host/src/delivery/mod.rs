@@ -607,9 +607,10 @@ struct Lane {
     /// next round.
     beyond: Vec<String>,
     /// Where a store's work queued past the groups noted for it begins (see
-    /// [`Queued::past`](crate::storage::queue::Queued::past)), as the group of that millisecond
-    /// (one of each store): read group by group, a millisecond at a time, up to now
-    /// ([`Shared::read_past`]).
+    /// [`Queued::past`](crate::storage::queue::Queued::past)), as the group of that millisecond,
+    /// or the first entry a read past the window did not keep ([`Lane::keep_beyond`]; not read
+    /// again while its target holds what it may start); one of each store: read group by group,
+    /// a millisecond at a time, up to now ([`Shared::read_past`]).
     past: Vec<String>,
 }
 
@@ -639,8 +640,7 @@ impl Lane {
                 self.ready.insert(key, Entry::Stored(bytes));
             } else {
                 if all {
-                    let group = crate::storage::queue::group_of_key(&key);
-                    crate::storage::queue::keep_earliest_of_store(&mut self.past, group);
+                    crate::storage::queue::keep_earliest_of_store(&mut self.past, &key);
                 }
                 all = false;
             }
@@ -863,7 +863,16 @@ impl Shared {
         };
         for from in past {
             let store = crate::storage::queue::store_of_key(&from);
-            if lane.ready.len() >= most || read.iter().any(|(s, backlog)| s == store && *backlog) {
+            // Where an entry was not kept: its target still holds what it may start (no read).
+            let held = lane.ready.ready_in_group_up_to(
+                &from,
+                lane.cursor.as_deref(),
+                MAX_IN_FLIGHT_PER_TARGET,
+            ) >= MAX_IN_FLIGHT_PER_TARGET;
+            if held
+                || lane.ready.len() >= most
+                || read.iter().any(|(s, backlog)| s == store && *backlog)
+            {
                 // The lane holds all it may, or the store's targets hold what they may start:
                 // read on from here in a later round.
                 crate::storage::queue::keep_earliest_of_store(&mut lane.past, &from);
@@ -1786,6 +1795,14 @@ mod tests {
             MAX_IN_FLIGHT_PER_TARGET,
             "what its target may start at once"
         );
+        // One key of the quiet store is kept, the earliest of its events left: its work is
+        // read on from there, not before its target has room.
+        let left: Vec<_> = (0..quiet)
+            .map(quiet_key)
+            .filter(|key| !lane.ready.contains(key))
+            .collect();
+        assert_eq!(left.len(), MAX_IN_FLIGHT_PER_TARGET);
+        assert_eq!(lane.past, left[..1], "read on from the first left");
         // Its attempts start (and finish): the next rounds read the rest, as its target has room.
         let mut started = 0;
         for round in 0..quiet {

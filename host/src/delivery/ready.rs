@@ -54,6 +54,14 @@ impl Ready {
         self.groups.get(group_of(key)).map_or(0, BTreeMap::len)
     }
 
+    /// Whether the entry at `key` is ready.
+    #[cfg(test)]
+    pub(super) fn contains(&self, key: &str) -> bool {
+        self.groups
+            .get(group_of(key))
+            .is_some_and(|entries| entries.contains_key(key))
+    }
+
     /// How many entries of the group of `key` (its target) are ready at or before `up_to` (all
     /// of them when `None`), counting to `at_most`.
     pub(super) fn ready_in_group_up_to(
