@@ -622,7 +622,7 @@ impl Lane {
     /// next attempts the cursor's reads made ready, and whose later ones come with the cursor.
     /// A quiet store's events committed together all come in, however many: its target's ready
     /// entries, if any, came from reads past the window too. Where an entry is not kept, its
-    /// store's work is read on from its millisecond in a later round ([`Lane::past`]), once its
+    /// store's work is read on from it in a later round ([`Lane::past`]), once its
     /// targets have room: the cursor may not come by for seconds (a full window ahead of it, or
     /// the lane read from its head again). Returns whether it kept every entry not in flight.
     fn keep_beyond(&mut self, batch: Vec<(String, Vec<u8>)>, taken: impl Fn(&str) -> bool) -> bool {
