@@ -551,8 +551,9 @@ impl FanOut<'_> {
     /// `candidates`), each queued, or handed to the engine in memory while `room` lasts (`None`:
     /// none is; see [`FirstAttempts`]). The entry is removed unless some delivery was handed
     /// over. Returns those handed over, or `None` when it was not fanned out (another host took
-    /// it first, or the event expired before it was fanned out); and what its expiry purges,
-    /// for the caller to write ([`write_expiries`]).
+    /// it first; its event was purged, and the entry removed; or its event was not read, and
+    /// the entry stays for a later fan-out); and what its expiry purges, for the caller to write
+    /// ([`write_expiries`]).
     fn run(
         &self,
         tx: &mut Tx<'_>,
