@@ -102,8 +102,12 @@ impl Work {
             } => &[store_id.as_str(), message_id.as_str()],
             Work::Mail { mail_id } => &[HOST, mail_id.as_str()],
         };
-        let mut key = [WORK_PREFIX, self.kind().as_str(), "/"].concat();
-        key.reserve(20 + names.iter().map(|name| name.len() + 1).sum::<usize>());
+        let kind = self.kind().as_str();
+        let names_len: usize = names.iter().map(|name| name.len() + 1).sum();
+        let mut key = String::with_capacity(WORK_PREFIX.len() + kind.len() + 1 + 20 + names_len);
+        key.push_str(WORK_PREFIX);
+        key.push_str(kind);
+        key.push('/');
         super::push_padded(&mut key, ms);
         for name in names {
             key.push('/');
