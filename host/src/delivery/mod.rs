@@ -631,12 +631,7 @@ impl Lane {
             if taken(&key) {
                 continue;
             }
-            let behind = self.ready.ready_in_group_up_to(
-                &key,
-                self.cursor.as_deref(),
-                MAX_IN_FLIGHT_PER_TARGET,
-            );
-            if behind < MAX_IN_FLIGHT_PER_TARGET {
+            if !self.holds_its_share(&key) {
                 self.ready.insert(key, Entry::Stored(bytes));
             } else {
                 if all {
@@ -646,6 +641,16 @@ impl Lane {
             }
         }
         all
+    }
+
+    /// Whether the target of `key` holds what a subscription may start at once
+    /// ([`MAX_IN_FLIGHT_PER_TARGET`]) ready at or behind the cursor (never for a key that names
+    /// no target, such as a group's).
+    fn holds_its_share(&self, key: &str) -> bool {
+        let cursor = self.cursor.as_deref();
+        self.ready
+            .ready_in_group_up_to(key, cursor, MAX_IN_FLIGHT_PER_TARGET)
+            >= MAX_IN_FLIGHT_PER_TARGET
     }
 }
 
@@ -863,13 +868,9 @@ impl Shared {
         };
         for from in past {
             let store = crate::storage::queue::store_of_key(&from);
-            // Where an entry was not kept: its target still holds what it may start (no read).
-            let held = lane.ready.ready_in_group_up_to(
-                &from,
-                lane.cursor.as_deref(),
-                MAX_IN_FLIGHT_PER_TARGET,
-            ) >= MAX_IN_FLIGHT_PER_TARGET;
-            if held
+            // (Where an entry was not kept, its target may still hold what it may start: then
+            // no read.)
+            if lane.holds_its_share(&from)
                 || lane.ready.len() >= most
                 || read.iter().any(|(s, backlog)| s == store && *backlog)
             {
