@@ -1,7 +1,7 @@
 //! commerce-host: a merchant-store platform that hosts plugins.
 //!
 //! The library is the whole host; the `commerce-host` binary is a thin command line over
-//! [`run`]. Tests call [`run`] with a listener on port 0 and their own [`Config`] (a manual clock,
+//! [`Host`]. Tests call [`run`] with a listener on port 0 and their own [`Config`] (a manual clock,
 //! a temporary data folder).
 
 /// The allocator the `commerce-host` binary runs with (`#[global_allocator]` in its `main`, and
@@ -62,70 +62,128 @@ pub fn open_service(config: &Config) -> anyhow::Result<Service> {
 }
 
 /// Serves the host on `listener` and runs the delivery engine until `shutdown` completes, then
-/// finishes in-flight requests and delivery attempts, flushes storage and returns.
+/// finishes in-flight requests and delivery attempts, flushes storage and returns:
+/// [`Host::start`], then [`Host::serve`].
 pub async fn run(
     config: Config,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let mut config = config;
-    if config.public_url.is_none() {
-        config.public_url = Some(format!("http://{}", listener.local_addr()?));
-    }
-    let service = open_service(&config)?;
-    let plugins = std::sync::Arc::new(plugins::Plugins::new(
-        &config.data_dir.join("components"),
-        config.plugin_runtime.clone(),
-    )?);
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let maintenance = tokio::spawn(maintenance_loop(
-        service.clone(),
-        config.maintenance_interval,
-        stop_rx,
-    ));
-    let engine = delivery::Engine::start(
-        service.clone(),
-        delivery::EngineConfig::from(&config),
-        Some(plugins.clone()),
-    )
-    .map_err(|e| anyhow::anyhow!("{e:#}"))?;
-    let app = http::router(http::AppState::new(http::AppParts {
-        service: service.clone(),
-        plugins: plugins.clone(),
-        engine_alive: engine.alive(),
-    }));
-    tracing::info!(addr = %listener.local_addr()?, data = %config.data_dir.display(), "commerce-host listening");
-    // Shutdown is bounded: from the signal on, everything in flight gets `shutdown_grace` in all.
-    let (signalled_tx, mut signalled) = tokio::sync::watch::channel(false);
-    let shutdown = async move {
-        shutdown.await;
-        let _ = signalled_tx.send(true);
-    };
-    let served = tokio::select! {
-        served = http::serve::serve(listener, app, shutdown) => served.context("serving HTTP"),
-        () = async {
-            let _ = signalled.wait_for(|s| *s).await;
-            tokio::time::sleep(config.shutdown_grace).await;
-        } => {
-            tracing::warn!("shutdown: requests still in flight after the grace period were dropped");
-            Ok(())
+    Host::start(config, listener)?.serve(shutdown).await
+}
+
+/// A host whose storage is open, whose plugins are loaded and whose delivery engine runs, about
+/// to serve HTTP on its listener. `commerce-host serve` prints its listening line between
+/// [`Host::start`] and [`Host::serve`], so a supervisor that waits for the line finds the host
+/// ready, and a host that cannot open its storage (another process holds the data folder) fails
+/// without having announced itself. (The socket is bound before: connections that come meanwhile
+/// wait in its backlog.)
+pub struct Host {
+    config: Config,
+    listener: TcpListener,
+    service: Service,
+    engine: delivery::Engine,
+    maintenance: tokio::task::JoinHandle<()>,
+    stop_maintenance: tokio::sync::watch::Sender<bool>,
+    app: axum::Router,
+}
+
+impl Host {
+    /// Opens the storage and the plugins' runtime, and starts the delivery engine and the
+    /// housekeeping. Runs on a Tokio runtime (the engine's tasks are spawned on it).
+    pub fn start(config: Config, listener: TcpListener) -> anyhow::Result<Host> {
+        let mut config = config;
+        if config.public_url.is_none() {
+            config.public_url = Some(format!("http://{}", listener.local_addr()?));
         }
-    };
-    let deadline = tokio::time::Instant::now() + config.shutdown_grace;
-    let _ = stop_tx.send(true);
-    engine.stop(deadline).await;
-    let mut maintenance = maintenance;
-    if tokio::time::timeout_at(deadline, &mut maintenance)
-        .await
-        .is_err()
-    {
-        tracing::warn!("shutdown: housekeeping still running after the grace period was dropped");
-        maintenance.abort();
+        let service = open_service(&config)?;
+        let plugins = std::sync::Arc::new(plugins::Plugins::new(
+            &config.data_dir.join("components"),
+            config.plugin_runtime.clone(),
+        )?);
+        let (stop_maintenance, stop_rx) = tokio::sync::watch::channel(false);
+        let maintenance = tokio::spawn(maintenance_loop(
+            service.clone(),
+            config.maintenance_interval,
+            stop_rx,
+        ));
+        let engine = delivery::Engine::start(
+            service.clone(),
+            delivery::EngineConfig::from(&config),
+            Some(plugins.clone()),
+        )
+        .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+        let app = http::router(http::AppState::new(http::AppParts {
+            service: service.clone(),
+            plugins,
+            engine_alive: engine.alive(),
+        }));
+        Ok(Host {
+            config,
+            listener,
+            service,
+            engine,
+            maintenance,
+            stop_maintenance,
+            app,
+        })
     }
-    served?;
-    service.db.flush().map_err(|e| anyhow::anyhow!("{e:#}"))?;
-    tracing::info!("commerce-host stopped");
-    Ok(())
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `shutdown` completes, then finishes in-flight requests and delivery attempts
+    /// (within the configured grace), flushes storage and returns.
+    pub async fn serve(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let Host {
+            config,
+            listener,
+            service,
+            engine,
+            mut maintenance,
+            stop_maintenance,
+            app,
+        } = self;
+        tracing::info!(addr = %listener.local_addr()?, data = %config.data_dir.display(), "commerce-host listening");
+        // Shutdown is bounded: from the signal on, everything in flight gets `shutdown_grace` in
+        // all.
+        let (signalled_tx, mut signalled) = tokio::sync::watch::channel(false);
+        let shutdown = async move {
+            shutdown.await;
+            let _ = signalled_tx.send(true);
+        };
+        let served = tokio::select! {
+            served = http::serve::serve(listener, app, shutdown) => served.context("serving HTTP"),
+            () = async {
+                let _ = signalled.wait_for(|s| *s).await;
+                tokio::time::sleep(config.shutdown_grace).await;
+            } => {
+                tracing::warn!("shutdown: requests still in flight after the grace period were dropped");
+                Ok(())
+            }
+        };
+        let deadline = tokio::time::Instant::now() + config.shutdown_grace;
+        let _ = stop_maintenance.send(true);
+        engine.stop(deadline).await;
+        if tokio::time::timeout_at(deadline, &mut maintenance)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "shutdown: housekeeping still running after the grace period was dropped"
+            );
+            maintenance.abort();
+        }
+        served?;
+        service.db.flush().map_err(|e| anyhow::anyhow!("{e:#}"))?;
+        tracing::info!("commerce-host stopped");
+        Ok(())
+    }
 }
 
 /// Runs housekeeping every `interval` until told to stop.

@@ -206,18 +206,18 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
-    // A plain line on stdout, so that a supervisor (or a test) started on port 0 learns the port.
-    println!(
-        "commerce-host listening on http://{}",
-        listener.local_addr()?
-    );
-    if config.admin_token.is_none() {
+    let admin_token_from_file = config.admin_token.is_none();
+    let host = crate::Host::start(config, listener)?;
+    // A plain line on stdout, so that a supervisor (or a test) started on port 0 learns the port;
+    // printed once the storage is open and the engine runs, so that the host it names is ready.
+    println!("commerce-host listening on http://{}", host.local_addr()?);
+    if admin_token_from_file {
         eprintln!(
             "admin token: {}",
             crate::config::admin_token_path(&args.data).display()
         );
     }
-    crate::run(config, listener, shutdown_signal()).await
+    host.serve(shutdown_signal()).await
 }
 
 async fn run_demo(args: DemoArgs) -> anyhow::Result<()> {

@@ -459,3 +459,56 @@ async fn the_demo_seeded_twice_adds_nothing() {
     })
     .await;
 }
+
+/// `serve` announces itself only once its storage is open and its engine runs: on a data folder
+/// another host holds, it fails with the reason and never prints its listening line (before, it
+/// printed the line, then failed, and a supervisor that waited for the line sent its requests to
+/// a host that was already gone). PostgreSQL is shared by design, so there the test is moot.
+#[tokio::test]
+async fn serve_on_a_folder_another_host_holds_fails_without_announcing_itself() {
+    let data = tempfile::tempdir().expect("tempdir");
+    if commerce_host_tests::test_database(data.path()).is_some() {
+        return;
+    }
+    let binary = std::path::Path::new(env!("CARGO_BIN_EXE_test-commerce-host"));
+    let (mut first, base) = commerce_host_tests::spawn_binary(binary, data.path(), &[]).await;
+    let folder = data.path().to_owned();
+    let second = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(binary)
+            .env(
+                "COMMERCE_HOST_STORE",
+                commerce_host_tests::test_store().to_string(),
+            )
+            .env("COMMERCE_HOST_ADMIN_TOKEN", ADMIN_TOKEN)
+            .env("COMMERCE_HOST_LOG", "warn")
+            .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+            .arg(&folder)
+            .output()
+            .expect("run a second commerce-host")
+    })
+    .await
+    .expect("the second host's task");
+    // The first host still serves its folder.
+    let health = reqwest::get(format!("{base}/healthz"))
+        .await
+        .expect("healthz");
+    assert_eq!(health.status().as_u16(), 200);
+    first.kill().expect("kill the first host");
+    first.wait().expect("wait for the first host");
+
+    let stdout = String::from_utf8_lossy(&second.stdout);
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        !second.status.success(),
+        "the second host exited with {}",
+        second.status
+    );
+    assert!(
+        !stdout.contains("listening"),
+        "the second host announced itself: {stdout}"
+    );
+    assert!(
+        stderr.contains("could not acquire lock"),
+        "the reason is named: {stderr}"
+    );
+}
