@@ -4,6 +4,8 @@
 //! shared batches (see [`super::optimistic::Commits::transact`]). Chosen with `--store fjall`;
 //! sled stays the default.
 
+mod journal;
+
 use std::fs::{File, TryLockError};
 use std::ops::Bound;
 use std::path::Path;
@@ -13,6 +15,7 @@ use std::time::{Duration, Instant};
 use fjall::{Keyspace, PartitionHandle, PersistMode};
 use parking_lot::Mutex;
 
+use self::journal::Journal;
 use super::optimistic::{Commits, Engine};
 use super::{Entry, Storage, Txn, scanned};
 use crate::model::error::{Error, Result};
@@ -38,6 +41,8 @@ struct FjallRecords {
     keyspace: Keyspace,
     records: PartitionHandle,
     heads: Arc<Mutex<Heads>>,
+    /// Flushed outside fjall's lock ([`Journal::sync`]).
+    journal: Journal,
 }
 
 /// The most prefixes whose heads are kept: past it, all are forgotten (a scan without a head
@@ -277,11 +282,13 @@ impl FjallStorage {
             .open()?;
         let records = keyspace.open_partition("records", Default::default())?;
         let heads = Arc::new(Mutex::new(Heads::default()));
+        let journal = Journal::new(keyspace.clone(), &dir.join("keyspace"));
         Ok(Self {
             commits: Arc::new(Commits::new(FjallRecords {
                 keyspace,
                 records,
                 heads: heads.clone(),
+                journal,
             })),
             heads,
             _lock: Arc::new(lock),
@@ -376,13 +383,10 @@ impl Storage for FjallStorage {
         self.commits.transact(f)
     }
 
-    /// Writes the journal to disk (`fdatasync`): every batch committed before is durable.
+    /// Writes the journal to disk (`fdatasync`): every batch committed before is durable. Other
+    /// transactions commit meanwhile ([`Journal::sync`]).
     fn flush(&self) -> Result<()> {
-        Ok(self
-            .commits
-            .engine
-            .keyspace
-            .persist(PersistMode::SyncData)?)
+        self.commits.engine.journal.sync()
     }
 }
 
