@@ -449,7 +449,14 @@ async fn run(shared: Arc<Shared>, config: EngineConfig, mut stopped: watch::Rece
                 yield_behind_queued().await;
                 yield_behind_queued().await;
             }
-            () = tokio::time::sleep(config.poll_interval) => lanes.rescan(),
+            () = tokio::time::sleep(config.poll_interval) => {
+                lanes.rescan();
+                // Nothing to do for a poll: the events kept for attempts go once none was used
+                // for as long (see `recent`).
+                shared
+                    .events
+                    .forget_unused(config.poll_interval, std::time::Instant::now());
+            }
             _ = stopped.changed() => {}
         }
     }

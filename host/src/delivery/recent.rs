@@ -7,8 +7,11 @@
 //! backlog's attempts follow its fan-out in the same order, up to [`first::MAX_GIVEN`]
 //! deliveries behind, so the events of that many deliveries are kept (a cache that was emptied
 //! whenever it held 1 024 events made the attempts of a deeper backlog read each event again).
+//! And all of them go once none was kept or read for a while ([`Recent::forget_unused`]): an
+//! idle host does not hold a burst's events (up to [`MAX_BYTES`] of records, more decoded).
 
 use std::collections::VecDeque;
+use std::time::{Duration, Instant};
 
 use foldhash::HashMap;
 use std::sync::{Arc, Mutex};
@@ -39,6 +42,8 @@ struct Kept {
     order: VecDeque<String>,
     /// The sum of their stored sizes.
     bytes: usize,
+    /// When one was last kept or read.
+    used: Option<Instant>,
 }
 
 impl Default for Recent {
@@ -62,13 +67,24 @@ impl Recent {
 
     /// The event stored under `key`, if kept.
     pub fn get(&self, key: &str) -> Option<Arc<Event>> {
-        self.kept().events.get(key).map(|(event, _)| event.clone())
+        self.get_at(key, Instant::now())
+    }
+
+    fn get_at(&self, key: &str, now: Instant) -> Option<Arc<Event>> {
+        let mut kept = self.kept();
+        kept.used = Some(now);
+        kept.events.get(key).map(|(event, _)| event.clone())
     }
 
     /// Keeps `event`, stored under `key` in `bytes`, letting the oldest go as needed. One kept
     /// already under `key` stays (events never change).
     pub fn keep(&self, key: String, event: Event, bytes: usize) -> Arc<Event> {
+        self.keep_at(key, event, bytes, Instant::now())
+    }
+
+    fn keep_at(&self, key: String, event: Event, bytes: usize, now: Instant) -> Arc<Event> {
         let mut kept = self.kept();
+        kept.used = Some(now);
         if let Some((kept, _)) = kept.events.get(&key) {
             return kept.clone();
         }
@@ -88,6 +104,19 @@ impl Recent {
         kept.order.push_back(key.clone());
         kept.events.insert(key, (event.clone(), bytes));
         event
+    }
+
+    /// Lets every event go, and the room they took, if none was kept or read for `idle` by
+    /// `now` (the engine calls it when it has had nothing to do for a poll). An event let go is
+    /// read again if an attempt needs it.
+    pub fn forget_unused(&self, idle: Duration, now: Instant) {
+        let mut kept = self.kept();
+        if kept
+            .used
+            .is_some_and(|used| now.saturating_duration_since(used) >= idle)
+        {
+            *kept = Kept::default();
+        }
     }
 }
 
@@ -140,6 +169,38 @@ mod tests {
         assert!(recent.get("evt-3").is_none(), "larger than the budget");
         assert!(recent.get("evt-1").is_some(), "nothing let go for it");
         assert_eq!(recent.kept().bytes, 80);
+    }
+
+    #[test]
+    fn all_go_once_none_was_kept_or_read_for_the_idle_time() {
+        let recent = Recent::with(10, usize::MAX);
+        let idle = Duration::from_millis(250);
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let count = |recent: &Recent| recent.kept().events.len();
+        for n in 0..3 {
+            let (key, e) = event(n);
+            recent.keep_at(key, e, 10, at(0));
+        }
+        recent.forget_unused(idle, at(249));
+        assert_eq!(count(&recent), 3, "249 ms after they were kept");
+        // A read counts as a use: 300 ms after they were kept, 100 ms after the read.
+        assert!(recent.get_at("evt-0", at(200)).is_some());
+        recent.forget_unused(idle, at(300));
+        assert_eq!(count(&recent), 3, "read 100 ms ago");
+        recent.forget_unused(idle, at(449));
+        assert_eq!(count(&recent), 3, "read 249 ms ago");
+        // Nothing kept or read for 250 ms: all go, with their room.
+        recent.forget_unused(idle, at(450));
+        let kept = recent.kept();
+        assert!(kept.events.is_empty() && kept.order.is_empty());
+        assert_eq!(kept.bytes, 0);
+        assert_eq!(kept.events.capacity(), 0, "the room went too");
+        drop(kept);
+        // Kept again afterwards, as before.
+        let (key, e) = event(3);
+        recent.keep_at(key, e, 10, at(1000));
+        assert!(recent.get("evt-3").is_some());
     }
 
     #[test]
