@@ -77,7 +77,8 @@ pub async fn run(
 /// [`Host::start`] and [`Host::serve`], so a supervisor that waits for the line finds the host
 /// ready, and a host that cannot open its storage (another process holds the data folder) fails
 /// without having announced itself. (The socket is bound before: connections that come meanwhile
-/// wait in its backlog.)
+/// wait in its backlog.) Started, it is meant to be served: its engine and housekeeping run from
+/// [`Host::start`] on, and only [`Host::serve`] stops them.
 pub struct Host {
     config: Config,
     listener: TcpListener,
@@ -127,11 +128,6 @@ impl Host {
             stop_maintenance,
             app,
         })
-    }
-
-    /// The address it listens on.
-    pub fn local_addr(&self) -> std::io::Result<std::net::SocketAddr> {
-        self.listener.local_addr()
     }
 
     /// Serves until `shutdown` completes, then finishes in-flight requests and delivery attempts

@@ -206,11 +206,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
+    let addr = listener.local_addr()?;
     let admin_token_from_file = config.admin_token.is_none();
     let host = crate::Host::start(config, listener)?;
     // A plain line on stdout, so that a supervisor (or a test) started on port 0 learns the port;
     // printed once the storage is open and the engine runs, so that the host it names is ready.
-    println!("commerce-host listening on http://{}", host.local_addr()?);
+    println!("commerce-host listening on http://{addr}");
     if admin_token_from_file {
         eprintln!(
             "admin token: {}",
