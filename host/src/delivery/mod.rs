@@ -452,10 +452,8 @@ async fn run(shared: Arc<Shared>, config: EngineConfig, mut stopped: watch::Rece
             () = tokio::time::sleep(config.poll_interval) => {
                 lanes.rescan();
                 // Nothing to do for a poll: the events kept for attempts go once none was used
-                // for as long (see `recent`).
-                shared
-                    .events
-                    .forget_unused(config.poll_interval, std::time::Instant::now());
+                // since the last such poll (see `recent`).
+                shared.events.forget_unused();
             }
             _ = stopped.changed() => {}
         }

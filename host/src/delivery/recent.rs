@@ -7,11 +7,11 @@
 //! backlog's attempts follow its fan-out in the same order, up to [`first::MAX_GIVEN`]
 //! deliveries behind, so the events of that many deliveries are kept (a cache that was emptied
 //! whenever it held 1 024 events made the attempts of a deeper backlog read each event again).
-//! And all of them go once none was kept or read for a while ([`Recent::forget_unused`]): an
-//! idle host does not hold a burst's events (up to [`MAX_BYTES`] of records, more decoded).
+//! And all of them go once none was kept or read between two of the engine's idle polls
+//! ([`Recent::forget_unused`]): an idle host does not hold a burst's events (up to
+//! [`MAX_BYTES`] of records, more decoded).
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
 
 use foldhash::HashMap;
 use std::sync::{Arc, Mutex};
@@ -42,8 +42,10 @@ struct Kept {
     order: VecDeque<String>,
     /// The sum of their stored sizes.
     bytes: usize,
-    /// When one was last kept or read.
-    used: Option<Instant>,
+    /// Events kept or read so far (a count that only tells whether there were any since).
+    uses: u64,
+    /// `uses` at the last [`Recent::forget_unused`].
+    uses_seen: u64,
 }
 
 impl Default for Recent {
@@ -67,24 +69,16 @@ impl Recent {
 
     /// The event stored under `key`, if kept.
     pub fn get(&self, key: &str) -> Option<Arc<Event>> {
-        self.get_at(key, Instant::now())
-    }
-
-    fn get_at(&self, key: &str, now: Instant) -> Option<Arc<Event>> {
         let mut kept = self.kept();
-        kept.used = Some(now);
+        kept.uses = kept.uses.wrapping_add(1);
         kept.events.get(key).map(|(event, _)| event.clone())
     }
 
     /// Keeps `event`, stored under `key` in `bytes`, letting the oldest go as needed. One kept
     /// already under `key` stays (events never change).
     pub fn keep(&self, key: String, event: Event, bytes: usize) -> Arc<Event> {
-        self.keep_at(key, event, bytes, Instant::now())
-    }
-
-    fn keep_at(&self, key: String, event: Event, bytes: usize, now: Instant) -> Arc<Event> {
         let mut kept = self.kept();
-        kept.used = Some(now);
+        kept.uses = kept.uses.wrapping_add(1);
         if let Some((kept, _)) = kept.events.get(&key) {
             return kept.clone();
         }
@@ -106,16 +100,16 @@ impl Recent {
         event
     }
 
-    /// Lets every event go, and the room they took, if none was kept or read for `idle` by
-    /// `now` (the engine calls it when it has had nothing to do for a poll). An event let go is
-    /// read again if an attempt needs it.
-    pub fn forget_unused(&self, idle: Duration, now: Instant) {
+    /// Lets every event go, and the room they took, if none was kept or read since the last
+    /// call. The engine calls it each time it has had nothing to do for a poll, so the events go
+    /// after one to two polls of nothing (250–500 ms). An event let go is read again if an
+    /// attempt needs it.
+    pub fn forget_unused(&self) {
         let mut kept = self.kept();
-        if kept
-            .used
-            .is_some_and(|used| now.saturating_duration_since(used) >= idle)
-        {
+        if kept.uses == kept.uses_seen {
             *kept = Kept::default();
+        } else {
+            kept.uses_seen = kept.uses;
         }
     }
 }
@@ -172,26 +166,21 @@ mod tests {
     }
 
     #[test]
-    fn all_go_once_none_was_kept_or_read_for_the_idle_time() {
+    fn all_go_once_none_was_kept_or_read_since_the_last_idle_poll() {
         let recent = Recent::with(10, usize::MAX);
-        let idle = Duration::from_millis(250);
-        let start = Instant::now();
-        let at = |ms: u64| start + Duration::from_millis(ms);
         let count = |recent: &Recent| recent.kept().events.len();
         for n in 0..3 {
             let (key, e) = event(n);
-            recent.keep_at(key, e, 10, at(0));
+            recent.keep(key, e, 10);
         }
-        recent.forget_unused(idle, at(249));
-        assert_eq!(count(&recent), 3, "249 ms after they were kept");
-        // A read counts as a use: 300 ms after they were kept, 100 ms after the read.
-        assert!(recent.get_at("evt-0", at(200)).is_some());
-        recent.forget_unused(idle, at(300));
-        assert_eq!(count(&recent), 3, "read 100 ms ago");
-        recent.forget_unused(idle, at(449));
-        assert_eq!(count(&recent), 3, "read 249 ms ago");
-        // Nothing kept or read for 250 ms: all go, with their room.
-        recent.forget_unused(idle, at(450));
+        recent.forget_unused();
+        assert_eq!(count(&recent), 3, "kept since the last poll");
+        // A read counts as a use.
+        assert!(recent.get("evt-0").is_some());
+        recent.forget_unused();
+        assert_eq!(count(&recent), 3, "read since the last poll");
+        // Nothing kept or read since: all go, with their room.
+        recent.forget_unused();
         let kept = recent.kept();
         assert!(kept.events.is_empty() && kept.order.is_empty());
         assert_eq!(kept.bytes, 0);
@@ -199,7 +188,8 @@ mod tests {
         drop(kept);
         // Kept again afterwards, as before.
         let (key, e) = event(3);
-        recent.keep_at(key, e, 10, at(1000));
+        recent.keep(key, e, 10);
+        recent.forget_unused();
         assert!(recent.get("evt-3").is_some());
     }
 

@@ -47,34 +47,27 @@ impl Journal {
     /// Makes every batch committed before the call durable, without holding fjall's lock.
     pub(super) fn sync(&self) -> Result<()> {
         let mut newest = self.newest.lock();
+        // The journal opened last is still the one written to unless the next one exists (one
+        // `stat`; the folder is listed again only after a rotation).
+        if let Some((number, file)) = newest.as_ref()
+            && self
+                .folder
+                .join((number + 1).to_string())
+                .try_exists()
+                .is_ok_and(|next| !next)
+        {
+            return sync(file);
+        }
         loop {
-            // The journal opened last is still the one written to unless the next one exists
-            // (one `stat`; the folder is listed again only after a rotation).
-            let current = match newest.as_ref() {
-                Some((number, _)) => self
-                    .folder
-                    .join((number + 1).to_string())
-                    .try_exists()
-                    .is_ok_and(|next| !next),
-                None => false,
+            let Some(number) = newest_in(&self.folder) else {
+                return Ok(self.keyspace.persist(PersistMode::SyncData)?);
             };
-            if !current {
-                let Some(number) = newest_in(&self.folder) else {
-                    return Ok(self.keyspace.persist(PersistMode::SyncData)?);
-                };
-                match File::open(self.folder.join(number.to_string())) {
-                    Ok(file) => *newest = Some((number, file)),
-                    // Sealed and removed since it was listed: a later one is there.
-                    Err(e) if e.kind() == ErrorKind::NotFound => continue,
-                    Err(e) => return Err(journal_error(e)),
-                }
+            match File::open(self.folder.join(number.to_string())) {
+                Ok(file) => return sync(&newest.insert((number, file)).1),
+                // Sealed and removed since it was listed: a later one is there.
+                Err(e) if e.kind() == ErrorKind::NotFound => continue,
+                Err(e) => return Err(journal_error(e)),
             }
-            let Some((_, file)) = newest.as_ref() else {
-                continue;
-            };
-            #[cfg(test)]
-            tests::before_sync();
-            return file.sync_data().map_err(journal_error);
         }
     }
 
@@ -91,6 +84,13 @@ fn newest_in(folder: &Path) -> Option<u64> {
         .ok()?
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u64>().ok())
         .max()
+}
+
+/// `fdatasync` of `file`.
+fn sync(file: &File) -> Result<()> {
+    #[cfg(test)]
+    tests::before_sync();
+    file.sync_data().map_err(journal_error)
 }
 
 fn journal_error(e: std::io::Error) -> Error {
