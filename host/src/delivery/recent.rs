@@ -42,10 +42,8 @@ struct Kept {
     order: VecDeque<String>,
     /// The sum of their stored sizes.
     bytes: usize,
-    /// Events kept or read so far (a count that only tells whether there were any since).
-    uses: u64,
-    /// `uses` at the last [`Recent::forget_unused`].
-    uses_seen: u64,
+    /// Whether one was kept or read since the last [`Recent::forget_unused`].
+    used: bool,
 }
 
 impl Default for Recent {
@@ -67,10 +65,10 @@ impl Recent {
         self.kept.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The event stored under `key`, if kept.
+    /// The event stored under `key`, if kept (a use, see [`Recent::forget_unused`]).
     pub fn get(&self, key: &str) -> Option<Arc<Event>> {
         let mut kept = self.kept();
-        kept.uses = kept.uses.wrapping_add(1);
+        kept.used = true;
         kept.events.get(key).map(|(event, _)| event.clone())
     }
 
@@ -78,7 +76,7 @@ impl Recent {
     /// already under `key` stays (events never change).
     pub fn keep(&self, key: String, event: Event, bytes: usize) -> Arc<Event> {
         let mut kept = self.kept();
-        kept.uses = kept.uses.wrapping_add(1);
+        kept.used = true;
         if let Some((kept, _)) = kept.events.get(&key) {
             return kept.clone();
         }
@@ -106,10 +104,10 @@ impl Recent {
     /// attempt needs it.
     pub fn forget_unused(&self) {
         let mut kept = self.kept();
-        if kept.uses == kept.uses_seen {
-            *kept = Kept::default();
+        if kept.used {
+            kept.used = false;
         } else {
-            kept.uses_seen = kept.uses;
+            *kept = Kept::default();
         }
     }
 }

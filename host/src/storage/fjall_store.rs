@@ -282,7 +282,7 @@ impl FjallStorage {
             .open()?;
         let records = keyspace.open_partition("records", Default::default())?;
         let heads = Arc::new(Mutex::new(Heads::default()));
-        let journal = Journal::new(keyspace.clone(), &dir.join("keyspace"));
+        let journal = Journal::new(&dir.join("keyspace"));
         Ok(Self {
             commits: Arc::new(Commits::new(FjallRecords {
                 keyspace,
@@ -386,7 +386,8 @@ impl Storage for FjallStorage {
     /// Writes the journal to disk (`fdatasync`): every batch committed before is durable. Other
     /// transactions commit meanwhile ([`Journal::sync`]).
     fn flush(&self) -> Result<()> {
-        self.commits.engine.journal.sync()
+        let engine = &self.commits.engine;
+        engine.journal.sync(&engine.keyspace)
     }
 }
 

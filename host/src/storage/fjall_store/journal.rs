@@ -13,8 +13,8 @@
 //! use [`fjall::PersistMode::Buffer`]), so a sync that starts after a commit returned makes it
 //! durable while fjall goes on appending. A batch in an older journal is durable too: fjall
 //! `fsync`s a journal before it creates the next one, so a later file there means the earlier
-//! one was synced. Where the folder holds no numbered file, it falls back to fjall's own
-//! `persist`: slower, never less durable.
+//! one was synced. Where the folder holds no numbered file, or its newest one is gone each time
+//! it is opened, it falls back to fjall's own `persist`: slower, never less durable.
 
 use std::fs::File;
 use std::io::ErrorKind;
@@ -25,9 +25,11 @@ use parking_lot::Mutex;
 
 use crate::model::error::{Error, Result};
 
+/// How many times [`Journal::sync`] lists the folder before it falls back to fjall's flush.
+const LISTINGS: usize = 3;
+
 /// The keyspace's journal, synced outside fjall's lock (see the module's documentation).
 pub(super) struct Journal {
-    keyspace: Keyspace,
     /// `<keyspace>/journals`.
     folder: PathBuf,
     /// The newest journal as last opened, with its number.
@@ -35,17 +37,17 @@ pub(super) struct Journal {
 }
 
 impl Journal {
-    /// The journal of `keyspace`, whose folder is `dir`.
-    pub(super) fn new(keyspace: Keyspace, dir: &Path) -> Journal {
+    /// The journal of the keyspace in `dir`.
+    pub(super) fn new(dir: &Path) -> Journal {
         Journal {
-            keyspace,
             folder: dir.join("journals"),
             newest: Mutex::new(None),
         }
     }
 
-    /// Makes every batch committed before the call durable, without holding fjall's lock.
-    pub(super) fn sync(&self) -> Result<()> {
+    /// Makes every batch committed to `keyspace` before the call durable, without holding
+    /// fjall's lock.
+    pub(super) fn sync(&self, keyspace: &Keyspace) -> Result<()> {
         let mut newest = self.newest.lock();
         // The journal opened last is still the one written to unless the next one exists (one
         // `stat`; the folder is listed again only after a rotation).
@@ -58,17 +60,19 @@ impl Journal {
         {
             return sync(file);
         }
-        loop {
+        // Listed again if the newest one is gone when opened (sealed and removed since it was
+        // listed: a later one is there), a few times at most.
+        for _ in 0..LISTINGS {
             let Some(number) = newest_in(&self.folder) else {
-                return Ok(self.keyspace.persist(PersistMode::SyncData)?);
+                break;
             };
             match File::open(self.folder.join(number.to_string())) {
                 Ok(file) => return sync(&newest.insert((number, file)).1),
-                // Sealed and removed since it was listed: a later one is there.
                 Err(e) if e.kind() == ErrorKind::NotFound => continue,
                 Err(e) => return Err(journal_error(e)),
             }
         }
+        Ok(keyspace.persist(PersistMode::SyncData)?)
     }
 
     /// The number of the journal synced last.
@@ -178,11 +182,10 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let storage = FjallStorage::open(dir.path()).expect("open");
         put(&storage, "a");
-        let elsewhere = Journal::new(
-            storage.commits.engine.keyspace.clone(),
-            &dir.path().join("elsewhere"),
-        );
-        elsewhere.sync().expect("flushed by fjall");
+        let elsewhere = Journal::new(&dir.path().join("elsewhere"));
+        elsewhere
+            .sync(&storage.commits.engine.keyspace)
+            .expect("flushed by fjall");
         assert_eq!(elsewhere.synced(), None, "no file of its own opened");
     }
 }
