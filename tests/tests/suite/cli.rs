@@ -484,17 +484,19 @@ async fn serve_on_a_folder_another_host_holds_fails_without_announcing_itself() 
             .args(["serve", "--listen", "127.0.0.1:0", "--data"])
             .arg(&folder)
             .output()
-            .expect("run a second commerce-host")
     })
-    .await
-    .expect("the second host's task");
-    // The first host still serves its folder.
+    .await;
+    // The first host still serves its folder (asked before it is stopped, checked after, so
+    // that nothing between its start and its stop can fail and leave it running).
     let health = reqwest::get(format!("{base}/healthz"))
         .await
-        .expect("healthz");
-    assert_eq!(health.status().as_u16(), 200);
+        .map(|r| r.status().as_u16());
     first.kill().expect("kill the first host");
     first.wait().expect("wait for the first host");
+    assert_eq!(health.ok(), Some(200), "the first host served meanwhile");
+    let second = second
+        .expect("the second host's task")
+        .expect("run a second commerce-host");
 
     let stdout = String::from_utf8_lossy(&second.stdout);
     let stderr = String::from_utf8_lossy(&second.stderr);
