@@ -402,6 +402,8 @@ mod tests {
         static BEFORE_COMMIT: RefCell<Option<Box<dyn FnOnce()>>> = RefCell::new(None);
         /// Run by the next scan on this thread before it begins (before its view is taken).
         static BEFORE_SCAN: RefCell<Option<Box<dyn FnOnce()>>> = RefCell::new(None);
+        /// Run by the next flush on this thread just before its `fdatasync` ([`Journal::sync`]).
+        pub(super) static BEFORE_SYNC: RefCell<Option<Box<dyn FnOnce()>>> = RefCell::new(None);
     }
 
     type Hook = std::thread::LocalKey<RefCell<Option<Box<dyn FnOnce()>>>>;
@@ -419,6 +421,10 @@ mod tests {
 
     pub(super) fn before_scan_begins() {
         run(&BEFORE_SCAN);
+    }
+
+    pub(super) fn before_sync() {
+        run(&BEFORE_SYNC);
     }
 
     /// The first key under `prefix`, scanned from its start.

@@ -93,7 +93,7 @@ fn newest_in(folder: &Path) -> Option<u64> {
 /// `fdatasync` of `file`.
 fn sync(file: &File) -> Result<()> {
     #[cfg(test)]
-    tests::before_sync();
+    super::tests::before_sync();
     file.sync_data().map_err(journal_error)
 }
 
@@ -103,23 +103,12 @@ fn journal_error(e: std::io::Error) -> Error {
 
 #[cfg(test)]
 mod tests {
-    use std::cell::RefCell;
     use std::time::Duration;
 
     use super::*;
     use crate::storage::fjall_store::FjallStorage;
+    use crate::storage::fjall_store::tests::BEFORE_SYNC;
     use crate::storage::{Storage, Txn};
-
-    thread_local! {
-        /// Run by the next sync on this thread just before its `fdatasync`.
-        static BEFORE_SYNC: RefCell<Option<Box<dyn FnOnce()>>> = RefCell::new(None);
-    }
-
-    pub(super) fn before_sync() {
-        if let Some(f) = BEFORE_SYNC.with(|h| h.borrow_mut().take()) {
-            f();
-        }
-    }
 
     fn put(storage: &FjallStorage, key: &str) {
         storage
