@@ -135,9 +135,35 @@ pub struct Engine {
 /// What a started queue entry runs: a delivery's attempt, claimed in the round that started it,
 /// or the sending of a message or a mail (which claim their own work).
 enum Job {
-    Attempt(DueEntry, Box<crate::model::delivery::Delivery>),
+    Attempt(DueEntry, Attempting),
     Message,
     Mail,
+}
+
+/// The delivery an attempt is for.
+enum Attempting {
+    /// Handed over for its first attempt (see [`first`]), as made: its queue entry was never
+    /// written, and the delivery perhaps not either (the recorder is handed it with the attempt).
+    Made(Arc<crate::model::delivery::Delivery>),
+    /// Claimed from its stored record.
+    Claimed(Box<crate::model::delivery::Delivery>),
+}
+
+impl Attempting {
+    fn delivery(&self) -> &crate::model::delivery::Delivery {
+        match self {
+            Attempting::Made(made) => made,
+            Attempting::Claimed(claimed) => claimed,
+        }
+    }
+
+    /// The delivery as made, for one handed over.
+    fn made(&self) -> Option<Arc<crate::model::delivery::Delivery>> {
+        match self {
+            Attempting::Made(made) => Some(made.clone()),
+            Attempting::Claimed(_) => None,
+        }
+    }
 }
 
 /// An attempt waiting to be recorded.
@@ -1136,14 +1162,14 @@ impl Shared {
         let mut jobs = Vec::with_capacity(starting.len() + given.len());
         for (made, (key, entry, ticket)) in given {
             if let Some(made) = made {
-                let delivery = Box::new(made.as_ref().clone());
-                jobs.push((key, Job::Attempt(entry, delivery), ticket));
+                jobs.push((key, Job::Attempt(entry, Attempting::Made(made)), ticket));
             }
         }
         for (_, (key, entry, ticket)) in starting {
             match claims.next() {
                 Some(Claimed::Mine(delivery)) => {
-                    jobs.push((key, Job::Attempt(entry, delivery), ticket));
+                    let claimed = Attempting::Claimed(delivery);
+                    jobs.push((key, Job::Attempt(entry, claimed), ticket));
                 }
                 // A leftover, removed: its place is free again (see below).
                 Some(Claimed::Gone) => {
@@ -1204,7 +1230,7 @@ impl Shared {
     /// Runs one entry's work.
     async fn run_work(&self, key: &str, job: Job, ticket: &mut fair::Ticket) -> Result<()> {
         match job {
-            Job::Attempt(entry, delivery) => self.attempt(key, &entry, *delivery, ticket).await,
+            Job::Attempt(entry, delivery) => self.attempt(key, &entry, &delivery, ticket).await,
             Job::Message => messages::send(&self.service, &self.http, key).await,
             Job::Mail => self.mail.send(&self.service, key).await,
         }
@@ -1303,9 +1329,10 @@ impl Shared {
         &self,
         due_key: &str,
         entry: &DueEntry,
-        delivery: crate::model::delivery::Delivery,
+        attempting: &Attempting,
         ticket: &mut fair::Ticket,
     ) -> Result<()> {
+        let delivery = attempting.delivery();
         let span = tracing::info_span!(
             "delivery.attempt",
             otel.kind = if matches!(entry.target, TargetRef::Webhook(_)) { "client" } else { "internal" },
@@ -1322,7 +1349,7 @@ impl Shared {
         if let Some(parent) = &delivery.traceparent {
             crate::telemetry::set_parent(&span, parent);
         }
-        self.attempt_claimed(due_key, entry, delivery, &span, ticket)
+        self.attempt_claimed(due_key, entry, attempting, &span, ticket)
             .instrument(span.clone())
             .await
     }
@@ -1332,16 +1359,17 @@ impl Shared {
         &self,
         due_key: &str,
         entry: &DueEntry,
-        delivery: crate::model::delivery::Delivery,
+        attempting: &Attempting,
         span: &tracing::Span,
         ticket: &mut fair::Ticket,
     ) -> Result<()> {
         let service = &self.service;
         let db = &service.db;
+        let delivery = attempting.delivery();
         // Fails it unsent; one made from memory for its first attempt (see `first`) perhaps
         // not written yet.
         let fail = |reason: &str| {
-            let made = self.first.made(due_key);
+            let made = attempting.made();
             queue::fail_unsent(service, (due_key, made.as_deref()), entry, reason)
         };
         let loaded = off_workers(service, || {
@@ -1350,7 +1378,7 @@ impl Shared {
                     &entry.store_id,
                     &entry.event_id,
                 ))?
-                .map(Arc::new)
+                .map(|event| Arc::new(recent::RecentEvent::new(event)))
             } else {
                 self.event(&entry.store_id, &entry.event_id)?
             };
@@ -1358,7 +1386,8 @@ impl Shared {
                 fail("the event expired")?;
                 return Ok(None);
             };
-            let unsent = match target::load(service, &entry.store_id, &entry.target, &event)? {
+            let unsent = match target::load(service, &entry.store_id, &entry.target, &event.event)?
+            {
                 TargetState::Active(target, scopes) => return Ok(Some((event, target, scopes))),
                 TargetState::Paused => "the target was paused",
                 TargetState::Gone => "the target was removed",
@@ -1370,9 +1399,9 @@ impl Shared {
             return Ok(());
         };
         // The event as the target's scopes show it: shared, unless they hide part of it.
-        let event = match event.for_scopes(&scopes) {
+        let event = match event.event.for_scopes(&scopes) {
             std::borrow::Cow::Borrowed(_) => event,
-            std::borrow::Cow::Owned(shown) => Arc::new(shown),
+            std::borrow::Cow::Owned(shown) => Arc::new(recent::RecentEvent::new(shown)),
         };
         let started = service.now();
         let wall = std::time::Instant::now();
@@ -1387,7 +1416,13 @@ impl Shared {
                     previous_secret: sub.previous_secret_at(started),
                     test: delivery.test,
                 };
-                webhook::send(&self.http, &sub.url, signing, &event, started).await
+                match event.body() {
+                    Ok(body) => {
+                        let http = &self.http;
+                        webhook::send(http, &sub.url, signing, &event.event, body, started).await
+                    }
+                    Err(e) => Outcome::unsent(started, format!("encoding the event: {e}")),
+                }
             }
             Target::Component(component) => {
                 let cause = Cause {
@@ -1409,7 +1444,9 @@ impl Shared {
         // Made: the next attempt may take its place while this one is recorded.
         ticket.finish_attempt();
         self.done.notify_one();
-        let paused = self.record(due_key, entry, outcome).await?;
+        let paused = self
+            .record(due_key, attempting.made(), entry, outcome)
+            .await?;
         service
             .metrics
             .delivery_attempt(kind, succeeded, wall.elapsed());
@@ -1426,7 +1463,7 @@ impl Shared {
         &self,
         store: &crate::model::ids::StoreId,
         id: &crate::model::ids::EventId,
-    ) -> Result<Option<Arc<crate::model::event::Event>>> {
+    ) -> Result<Option<Arc<recent::RecentEvent>>> {
         let key = crate::model::event::event_key(store, id);
         if let Some(event) = self.events.get(&key) {
             return Ok(Some(event));
@@ -1444,17 +1481,19 @@ impl Shared {
         self.events.keep(key, event, bytes);
     }
 
-    /// Records an attempt through the recorder, in the next batch.
+    /// Records an attempt through the recorder, in the next batch (`made`: the delivery as made,
+    /// for one handed over for its first attempt).
     async fn record(
         &self,
         due_key: &str,
+        made: Option<Arc<crate::model::delivery::Delivery>>,
         entry: &DueEntry,
         outcome: Outcome,
     ) -> Result<Option<Paused>> {
         let (reply, recorded) = oneshot::channel();
         let pending = Pending {
             due_key: due_key.to_owned(),
-            made: self.first.made(due_key),
+            made,
             entry: entry.clone(),
             outcome,
             reply,
@@ -1469,7 +1508,7 @@ impl Shared {
     async fn run_component(
         &self,
         component: target::ComponentTarget,
-        event: Arc<crate::model::event::Event>,
+        event: Arc<recent::RecentEvent>,
         cause: Cause,
         started: jiff::Timestamp,
     ) -> crate::model::delivery::Outcome {
@@ -1488,7 +1527,7 @@ impl Shared {
                 let _entered = span.enter();
                 let actor = service.component_actor(&component.installation)?;
                 with_cause(cause, || {
-                    plugins.invoke(&service, actor, &component.plugin.manifest, &event)
+                    plugins.invoke(&service, actor, &component.plugin.manifest, &event.event)
                 })
             })
             .await;
@@ -1721,9 +1760,8 @@ mod tests {
         let mut ticket = fair
             .try_start(key, slot)
             .unwrap_or_else(|_| panic!("starts"));
-        let delivery = made.as_ref().clone();
         shared
-            .attempt(key, &entry, delivery, &mut ticket)
+            .attempt(key, &entry, &Attempting::Made(made.clone()), &mut ticket)
             .await
             .expect("attempt");
         let written: Delivery = service

@@ -10,11 +10,18 @@
 //! And all of them go once none was kept or read between two of the engine's idle polls
 //! ([`Recent::forget_unused`]): an idle host does not hold a burst's events (up to
 //! [`MAX_BYTES`] of records, more decoded).
+//!
+//! Each event kept also keeps its envelope as webhooks receive it, encoded at the first
+//! webhook attempt that sends it whole ([`RecentEvent::body`]): an event fanned out to 50
+//! subscriptions is encoded once, not 50 times. It takes about the event's stored size again
+//! (the same JSON), so what the kept events hold is bounded by twice [`MAX_BYTES`], and their
+//! decoded form.
 
 use std::collections::VecDeque;
 
+use bytes::Bytes;
 use foldhash::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::model::event::Event;
 
@@ -25,6 +32,36 @@ pub const MAX_EVENTS: usize = first::MAX_GIVEN;
 
 /// Stored bytes of the events kept at most (an event alone larger than this is not kept).
 pub const MAX_BYTES: usize = 32 * 1024 * 1024;
+
+/// An event kept for its attempts.
+#[derive(Debug)]
+pub struct RecentEvent {
+    /// The event, decoded.
+    pub event: Event,
+    /// Its envelope as JSON, once encoded (see [`RecentEvent::body`]).
+    body: OnceLock<Bytes>,
+}
+
+impl RecentEvent {
+    /// `event`, its envelope not yet encoded.
+    pub fn new(event: Event) -> Self {
+        Self {
+            event,
+            body: OnceLock::new(),
+        }
+    }
+
+    /// The event's envelope as JSON, the body of a webhook delivery: encoded at the first call,
+    /// shared by the later ones.
+    pub fn body(&self) -> serde_json::Result<Bytes> {
+        if let Some(body) = self.body.get() {
+            return Ok(body.clone());
+        }
+        let body = Bytes::from(serde_json::to_vec(&self.event)?);
+        // Two attempts that encoded it at once keep the first one's (the same bytes).
+        Ok(self.body.get_or_init(|| body).clone())
+    }
+}
 
 /// Recent events, by their storage key.
 #[derive(Debug)]
@@ -37,7 +74,7 @@ pub struct Recent {
 #[derive(Debug, Default)]
 struct Kept {
     /// Each event, with its stored size.
-    events: HashMap<String, (Arc<Event>, usize)>,
+    events: HashMap<String, (Arc<RecentEvent>, usize)>,
     /// Their keys, oldest first.
     order: VecDeque<String>,
     /// The sum of their stored sizes.
@@ -66,7 +103,7 @@ impl Recent {
     }
 
     /// The event stored under `key`, if kept (a use, see [`Recent::forget_unused`]).
-    pub fn get(&self, key: &str) -> Option<Arc<Event>> {
+    pub fn get(&self, key: &str) -> Option<Arc<RecentEvent>> {
         let mut kept = self.kept();
         kept.used = true;
         kept.events.get(key).map(|(event, _)| event.clone())
@@ -74,13 +111,13 @@ impl Recent {
 
     /// Keeps `event`, stored under `key` in `bytes`, letting the oldest go as needed. One kept
     /// already under `key` stays (events never change).
-    pub fn keep(&self, key: String, event: Event, bytes: usize) -> Arc<Event> {
+    pub fn keep(&self, key: String, event: Event, bytes: usize) -> Arc<RecentEvent> {
         let mut kept = self.kept();
         kept.used = true;
         if let Some((kept, _)) = kept.events.get(&key) {
             return kept.clone();
         }
-        let event = Arc::new(event);
+        let event = Arc::new(RecentEvent::new(event));
         if bytes > self.max_bytes || self.max_events == 0 {
             return event;
         }
@@ -157,7 +194,7 @@ mod tests {
         let (key, e) = event(3);
         let id = e.id.clone();
         let big = recent.keep(key, e, 101);
-        assert_eq!(big.id, id, "handed back all the same");
+        assert_eq!(big.event.id, id, "handed back all the same");
         assert!(recent.get("evt-3").is_none(), "larger than the budget");
         assert!(recent.get("evt-1").is_some(), "nothing let go for it");
         assert_eq!(recent.kept().bytes, 80);
@@ -189,6 +226,26 @@ mod tests {
         recent.keep(key, e, 10);
         recent.forget_unused();
         assert!(recent.get("evt-3").is_some());
+    }
+
+    #[test]
+    fn an_events_body_is_its_envelope_encoded_once_and_shared() {
+        let recent = Recent::with(2, usize::MAX);
+        let (key, e) = event(0);
+        let envelope = serde_json::to_vec(&e).expect("JSON");
+        let kept = recent.keep(key, e, 10);
+        let body = kept.body().expect("encoded");
+        assert_eq!(
+            &body[..],
+            &envelope[..],
+            "the envelope as webhooks receive it"
+        );
+        let again = recent.get("evt-0").expect("kept").body().expect("encoded");
+        assert_eq!(
+            again.as_ptr(),
+            body.as_ptr(),
+            "the same bytes, not encoded again"
+        );
     }
 
     #[test]

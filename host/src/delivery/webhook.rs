@@ -3,6 +3,7 @@
 use crate::model::delivery::Outcome;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use hmac::{Hmac, Mac};
 use jiff::Timestamp;
 use sha2::Sha256;
@@ -34,7 +35,13 @@ pub fn sign(secret: &[u8], timestamp: i64, body: &[u8]) -> String {
     mac.update(timestamp.to_string().as_bytes());
     mac.update(b".");
     mac.update(body);
-    hex::encode(mac.finalize().into_bytes())
+    // Into a buffer at once (`hex::encode` collects its digits one `char` at a time).
+    let mut digits = [0u8; 64];
+    hex::encode_to_slice(mac.finalize().into_bytes(), &mut digits)
+        .unwrap_or_else(|_| unreachable!("32 bytes take 64 digits"));
+    std::str::from_utf8(&digits)
+        .unwrap_or_else(|_| unreachable!("hex digits are ASCII"))
+        .to_owned()
 }
 
 /// How a webhook request is signed and marked.
@@ -48,25 +55,24 @@ pub struct Signing<'a> {
     pub test: bool,
 }
 
-/// POSTs `event` to `url` through the outbound client, signed with the subscription's secret at
-/// `now` (and also with the previous secret, in its own header, when given); a test delivery
-/// carries `X-Service-Test: true`. The URL is checked against the network policy first, for a
-/// clear error ([`HttpClient::webhook_url`]: again when its last check is older than
-/// [`super::client::URL_CHECK_TTL`]; the client's resolver enforces it at every connection).
+/// POSTs `event`, encoded as `body` (its envelope, encoded once for all of its attempts: see
+/// [`super::recent::RecentEvent::body`]), to `url` through the outbound client, signed with the
+/// subscription's secret at `now` (and also with the previous secret, in its own header, when
+/// given); a test delivery carries `X-Service-Test: true`. The URL is checked against the
+/// network policy first, for a clear error ([`HttpClient::webhook_url`]: again when its last
+/// check is older than [`super::client::URL_CHECK_TTL`]; the client's resolver enforces it at
+/// every connection).
 pub async fn send(
     http: &HttpClient,
     url: &str,
     signing: Signing<'_>,
     event: &Event,
+    body: Bytes,
     now: Timestamp,
 ) -> Outcome {
     let url = match http.webhook_url(url, now).await {
         Ok(url) => url,
         Err(error) => return Outcome::unsent(now, error),
-    };
-    let body = match serde_json::to_vec(event) {
-        Ok(body) => body,
-        Err(e) => return Outcome::unsent(now, format!("encoding the event: {e}")),
     };
     let timestamp = now.as_second();
     let signature = sign(signing.secret.as_bytes(), timestamp, &body);
