@@ -1416,13 +1416,7 @@ impl Shared {
                     previous_secret: sub.previous_secret_at(started),
                     test: delivery.test,
                 };
-                match event.body() {
-                    Ok(body) => {
-                        let http = &self.http;
-                        webhook::send(http, &sub.url, signing, &event.event, body, started).await
-                    }
-                    Err(e) => Outcome::unsent(started, format!("encoding the event: {e}")),
-                }
+                webhook::send(&self.http, &sub.url, signing, &event, started).await
             }
             Target::Component(component) => {
                 let cause = Cause {

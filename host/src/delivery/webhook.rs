@@ -3,14 +3,13 @@
 use crate::model::delivery::Outcome;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use hmac::{Hmac, Mac};
 use jiff::Timestamp;
 use sha2::Sha256;
 
 use super::client::HttpClient;
+use super::recent::RecentEvent;
 use crate::model::delivery::RESPONSE_EXCERPT_BYTES;
-use crate::model::event::Event;
 
 /// Unix time in seconds at which the request was signed.
 pub const TIMESTAMP_HEADER: &str = "x-service-timestamp";
@@ -55,25 +54,28 @@ pub struct Signing<'a> {
     pub test: bool,
 }
 
-/// POSTs `event`, encoded as `body` (its envelope, encoded once for all of its attempts: see
-/// [`super::recent::RecentEvent::body`]), to `url` through the outbound client, signed with the
-/// subscription's secret at `now` (and also with the previous secret, in its own header, when
-/// given); a test delivery carries `X-Service-Test: true`. The URL is checked against the
-/// network policy first, for a clear error ([`HttpClient::webhook_url`]: again when its last
-/// check is older than [`super::client::URL_CHECK_TTL`]; the client's resolver enforces it at
-/// every connection).
+/// POSTs `event`'s envelope (encoded once for all of its attempts, [`RecentEvent::body`]) to
+/// `url` through the outbound client, signed with the subscription's secret at `now` (and also
+/// with the previous secret, in its own header, when given); a test delivery carries
+/// `X-Service-Test: true`. The URL is checked against the network policy first, for a clear
+/// error ([`HttpClient::webhook_url`]: again when its last check is older than
+/// [`super::client::URL_CHECK_TTL`]; the client's resolver enforces it at every connection).
 pub async fn send(
     http: &HttpClient,
     url: &str,
     signing: Signing<'_>,
-    event: &Event,
-    body: Bytes,
+    event: &RecentEvent,
     now: Timestamp,
 ) -> Outcome {
     let url = match http.webhook_url(url, now).await {
         Ok(url) => url,
         Err(error) => return Outcome::unsent(now, error),
     };
+    let body = match event.body() {
+        Ok(body) => body,
+        Err(e) => return Outcome::unsent(now, format!("encoding the event: {e}")),
+    };
+    let event = &event.event;
     let timestamp = now.as_second();
     let signature = sign(signing.secret.as_bytes(), timestamp, &body);
     let started = Instant::now();
