@@ -102,18 +102,19 @@ impl Host {
             &config.data_dir.join("components"),
             config.plugin_runtime.clone(),
         )?);
-        let (stop_maintenance, stop_rx) = tokio::sync::watch::channel(false);
-        let maintenance = tokio::spawn(maintenance_loop(
-            service.clone(),
-            config.maintenance_interval,
-            stop_rx,
-        ));
         let engine = delivery::Engine::start(
             service.clone(),
             delivery::EngineConfig::from(&config),
             Some(plugins.clone()),
         )
         .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+        // Spawned once nothing can fail any more: a failed start leaves no housekeeping behind.
+        let (stop_maintenance, stop_rx) = tokio::sync::watch::channel(false);
+        let maintenance = tokio::spawn(maintenance_loop(
+            service.clone(),
+            config.maintenance_interval,
+            stop_rx,
+        ));
         let app = http::router(http::AppState::new(http::AppParts {
             service: service.clone(),
             plugins,
