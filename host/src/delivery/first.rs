@@ -3,9 +3,13 @@
 //! writing it and its queue entry, while [`MAX_GIVEN`] allow, and keeps its event's outbox
 //! entry; the delivery is written once, with its first attempt, when the engine records that (or
 //! pending, [`queue::write_pending`], once it has waited [`WRITE_PENDING_AFTER`] for it), and the
-//! outbox entry is removed once all of its deliveries are settled. Where hosts share the
-//! database nothing is handed over, and only the entries an earlier sled host kept are looked
-//! at as below.
+//! outbox entry is removed once all of its deliveries are settled: by the record of the last
+//! one for an event fanned out alone, else by the fan-out's next transaction. An event fanned
+//! out alone may also have its expiry record left to the engine ([`PendingExpiry`]), written
+//! with its first attempts' records or its deliveries written pending (see
+//! [`First::alongside`]), so that one event at a time costs the fan-out no commit. Where hosts
+//! share the database nothing is handed over, and only the entries an earlier sled host kept
+//! are looked at as below.
 //!
 //! What a stop, a crash or an error leaves is found from the outbox: an entry that may have been
 //! kept when the engine started (up to the mark the fan-out keeps, [`FirstAttempts::kept_mark`]),
@@ -24,7 +28,7 @@ use crate::model::delivery::{Delivery, TargetRef, millis};
 use crate::model::error::Result;
 use crate::model::event::OUTBOX_KEPT_MARK;
 use crate::model::work::{Work, WorkKind, due_ms_of};
-use crate::service::deliveries::queue::{self, FirstAttempt, FirstAttempts};
+use crate::service::deliveries::queue::{self, Alongside, FirstAttempts, Handed, PendingExpiry};
 use crate::storage::queue::Signal;
 use crate::storage::{Db, just_before};
 
@@ -68,9 +72,8 @@ struct Listing {
 
 #[derive(Debug, Default)]
 struct State {
-    /// Each kept outbox entry, with how many of its deliveries are not settled yet (0: all are,
-    /// and its removal is under way).
-    held: HashMap<String, usize>,
+    /// Each kept outbox entry.
+    held: HashMap<String, Held>,
     /// Each delivery handed over, by the key its queue entry would have.
     given: HashMap<String, Given>,
     /// The deliveries handed over, in the order they were (the due ms in their keys, and the
@@ -91,6 +94,24 @@ struct State {
     done: Vec<String>,
 }
 
+/// A kept outbox entry.
+#[derive(Debug)]
+struct Held {
+    /// How many of its deliveries are not settled yet (0: all are, and its removal is under
+    /// way).
+    left: usize,
+    /// Its event's expiry record, while no transaction that wrote it is known to have committed
+    /// (see [`PendingExpiry`]).
+    expiry: Option<PendingExpiry>,
+    /// Whether the record of a first attempt not yet settled carries `expiry` (see
+    /// [`First::alongside`]): no other record takes it meanwhile.
+    expiry_carried: bool,
+    /// Whether its event was fanned out alone ([`Handed::alone`]): the last of its first
+    /// attempts' records removes it (see [`First::alongside`]). Another entry is removed by the
+    /// fan-out's next transaction.
+    alone: bool,
+}
+
 /// A delivery handed over.
 #[derive(Debug)]
 struct Given {
@@ -100,6 +121,16 @@ struct Given {
     delivery: Arc<Delivery>,
     /// Whether it is written (pending), or being written.
     written: bool,
+    /// What the transaction recording its first attempt writes besides (see
+    /// [`First::alongside`]): its event's expiry record, and the removal of its outbox entry.
+    carries: Carries,
+}
+
+/// See [`Given::carries`].
+#[derive(Debug, Default, Clone, Copy)]
+struct Carries {
+    expiry: bool,
+    outbox: bool,
 }
 
 impl First {
@@ -147,15 +178,27 @@ impl First {
         }
     }
 
-    /// Takes the deliveries of the outbox entry `outbox` that the fan-out handed over.
-    pub fn give(&self, outbox: &str, given: Vec<FirstAttempt>) {
-        if given.is_empty() {
+    /// Takes the deliveries of the outbox entry `outbox` that the fan-out handed over, with its
+    /// event's expiry record if the fan-out left it to be written with them.
+    pub fn give(&self, outbox: &str, handed: Handed) {
+        if handed.is_empty() {
             return;
         }
+        let Handed {
+            deliveries,
+            expiry,
+            alone,
+        } = handed;
         let mut state = self.state();
-        state.held.insert(outbox.to_owned(), given.len());
+        let held = Held {
+            left: deliveries.len(),
+            alone,
+            expiry,
+            expiry_carried: false,
+        };
+        state.held.insert(outbox.to_owned(), held);
         state.released.remove(outbox);
-        for (key, delivery) in given {
+        for (key, delivery) in deliveries {
             let lane = match delivery.target {
                 TargetRef::Webhook(_) => WorkKind::Webhook,
                 TargetRef::Component(_) => WorkKind::Component,
@@ -167,6 +210,7 @@ impl First {
                 outbox: outbox.to_owned(),
                 delivery: Arc::new(delivery),
                 written: false,
+                carries: Carries::default(),
             };
             state.given.insert(key.clone(), given);
             state.waiting.push_back((due, key.clone()));
@@ -181,13 +225,15 @@ impl First {
 
     /// Writes pending the deliveries handed over that have waited [`WRITE_PENDING_AFTER`] at
     /// `now`, and those not yet written of entries an error cut short, which are then released
-    /// to the fan-out (see [`First::settle`]). The engine's fan-out runs it before each call.
+    /// to the fan-out (see [`First::settle`]), with their events' expiry records not yet
+    /// written. The engine's fan-out runs it before each call.
     pub fn write_pending(&self, db: &Db, now: Timestamp) -> Result<()> {
         let waited = u64::try_from(WRITE_PENDING_AFTER.as_millis()).unwrap_or(u64::MAX);
         let until = millis(now).saturating_sub(waited);
-        let (writing, settled, releasing) = {
+        let (writing, settled, releasing, alongside) = {
             let mut state = self.state();
             let State {
+                held,
                 waiting,
                 given,
                 releasing,
@@ -213,19 +259,35 @@ impl First {
                     }
                 }
             }
+            // The expiry records not yet written of the entries whose deliveries are written.
+            let mut expiries_of: HashSet<String> = HashSet::default();
+            let mut alongside = Alongside::default();
+            let outboxes = writing.iter().filter_map(|(key, _)| given.get(key));
+            for outbox in outboxes.map(|g| &g.outbox).chain(releasing.iter()) {
+                // Not one that a first attempt's record carries: that writes it, or fails and
+                // releases its entry, whose next fan-out writes it.
+                let entry = held.get(outbox).filter(|h| !h.expiry_carried);
+                if let Some(expiry) = entry.and_then(|h| h.expiry.clone())
+                    && expiries_of.insert(outbox.clone())
+                {
+                    alongside.expiries.push(expiry);
+                }
+            }
             (
                 writing,
                 std::mem::take(cut_short),
                 std::mem::take(releasing),
+                (alongside, expiries_of),
             )
         };
+        let (alongside, expiries_of) = alongside;
         let deliveries: Vec<&Delivery> = writing
             .iter()
             .map(|(_, d)| &**d)
             .chain(settled.iter().map(|d| &**d))
             .collect();
         if !deliveries.is_empty()
-            && let Err(e) = queue::write_pending(db, &deliveries)
+            && let Err(e) = queue::write_pending(db, &deliveries, &alongside)
         {
             // Tried again on the next call.
             let mut state = self.state();
@@ -238,6 +300,14 @@ impl First {
             state.cut_short.extend(settled);
             state.releasing.extend(releasing);
             return Err(e);
+        }
+        if !expiries_of.is_empty() {
+            let mut state = self.state();
+            for outbox in &expiries_of {
+                if let Some(held) = state.held.get_mut(outbox) {
+                    held.expiry = None; // Written.
+                }
+            }
         }
         for outbox in releasing {
             let mut state = self.state();
@@ -257,7 +327,7 @@ impl First {
             return Ok(());
         }
         let removed = queue::remove_outbox_entries(db, &done);
-        self.removed(done, removed.is_ok());
+        self.removed(done.outbox, removed.is_ok());
         removed
     }
 
@@ -279,10 +349,52 @@ impl First {
         self.state().given.get(key).map(|g| g.delivery.clone())
     }
 
+    /// What the transaction that records the first attempt of the delivery handed over as
+    /// `key` writes besides ([`Service::record_attempts`](crate::service::Service::record_attempts)):
+    /// its event's expiry record while none is known written and no other record in flight
+    /// carries it, and its outbox entry's removal when it is the last of the entry's deliveries
+    /// not settled (the others' first attempts recorded), so that an event whose deliveries were
+    /// all handed over costs the fan-out no write. Nothing for a delivery that was not handed
+    /// over, or whose entry is being released.
+    pub fn alongside(&self, key: &str) -> Alongside {
+        let mut alongside = Alongside::default();
+        if !self.enabled {
+            return alongside;
+        }
+        let mut state = self.state();
+        let State {
+            held,
+            given,
+            releasing,
+            ..
+        } = &mut *state;
+        let Some(given) = given.get_mut(key) else {
+            return alongside;
+        };
+        let Some(entry) = held.get_mut(&given.outbox) else {
+            return alongside;
+        };
+        if releasing.contains(&given.outbox) {
+            return alongside;
+        }
+        if let Some(expiry) = entry.expiry.as_ref().filter(|_| !entry.expiry_carried) {
+            alongside.expiries.push(expiry.clone());
+            entry.expiry_carried = true;
+            given.carries.expiry = true;
+        }
+        if entry.alone && entry.left == 1 {
+            alongside.outbox.push(given.outbox.clone());
+            given.carries.outbox = true;
+        }
+        alongside
+    }
+
     /// Settles the delivery handed over as `key` (no other: a queued one is not in here): its
     /// first attempt is recorded, or it needs none (`ok`); or an error cut it short (`!ok`),
     /// and its outbox entry is released to be fanned out again (which queues it), once its
-    /// deliveries not yet written are written pending ([`First::write_pending`]).
+    /// deliveries not yet written are written pending ([`First::write_pending`]). An entry
+    /// whose deliveries are all settled is removed by the fan-out's next transaction, unless
+    /// the last one's record removed it ([`First::alongside`]).
     pub fn settle(&self, key: &str, ok: bool) {
         if !self.enabled {
             return;
@@ -293,6 +405,12 @@ impl First {
         };
         self.signal.release(due_ms_of(key).unwrap_or(0));
         let outbox = given.outbox;
+        if !ok
+            && given.carries.expiry
+            && let Some(held) = state.held.get_mut(&outbox)
+        {
+            held.expiry_carried = false; // Not known written: as any other record takes it.
+        }
         if !state.held.contains_key(&outbox) || state.releasing.contains(&outbox) {
             return; // Released meanwhile, or being released.
         }
@@ -306,9 +424,17 @@ impl First {
             state.releasing.push(outbox);
             return;
         }
-        if let Some(left) = state.held.get_mut(&outbox) {
-            *left = left.saturating_sub(1);
-            if *left == 0 {
+        let Some(held) = state.held.get_mut(&outbox) else {
+            return;
+        };
+        if given.carries.expiry {
+            (held.expiry, held.expiry_carried) = (None, false); // Written with the attempt.
+        }
+        held.left = held.left.saturating_sub(1);
+        if held.left == 0 {
+            if given.carries.outbox {
+                state.held.remove(&outbox); // Removed with the attempt.
+            } else {
                 state.done.push(outbox);
             }
         }
@@ -384,8 +510,14 @@ impl FirstAttempts for First {
             .cursor = key;
     }
 
-    fn take_done(&self) -> Vec<String> {
-        std::mem::take(&mut self.state().done)
+    fn take_done(&self) -> Alongside {
+        let mut state = self.state();
+        let outbox = std::mem::take(&mut state.done);
+        let expiries = outbox
+            .iter()
+            .filter_map(|key| state.held.get(key).and_then(|h| h.expiry.clone()))
+            .collect();
+        Alongside { expiries, outbox }
     }
 
     fn removed(&self, keys: Vec<String>, removed: bool) {
@@ -395,7 +527,7 @@ impl FirstAttempts for First {
             return;
         }
         for key in keys {
-            if state.held.get(&key) == Some(&0) {
+            if state.held.get(&key).is_some_and(|h| h.left == 0) {
                 state.held.remove(&key);
             }
         }
@@ -484,7 +616,10 @@ mod tests {
         let made = first.made(key).expect("handed over");
         let entry = made.due_entry();
         service
-            .record_attempts(&[((key, Some(&*made)), &entry, &outcome)])
+            .record_attempts(
+                &[((key, Some(&*made)), &entry, &outcome)],
+                &first.alongside(key),
+            )
             .expect("record");
     }
 
@@ -628,7 +763,8 @@ mod tests {
         let third = before.made(&given[2].1).expect("made");
         record_ok(&service, &before, &given[0].1);
         clock.advance(jiff::SignedDuration::from_millis(10));
-        queue::write_pending(&service.db, &[&third]).expect("written pending");
+        queue::write_pending(&service.db, &[&third], &Alongside::default())
+            .expect("written pending");
         let made: Vec<_> = deliveries(&service, &store)
             .into_iter()
             .map(|d| d.id)
@@ -674,6 +810,229 @@ mod tests {
             outbox(&service),
             2,
             "both entries kept (the first one's afresh delivery handed over)"
+        );
+    }
+
+    /// The expiry records stored for `event`.
+    fn expiries_of(service: &Service, event: &crate::model::event::Event) -> usize {
+        let records = service.db.list::<crate::model::delivery::Expiry>(
+            crate::model::delivery::EXPIRY_PREFIX,
+            None,
+            false,
+            100,
+        );
+        let records = records.expect("expiries").into_iter().map(|(_, r)| r);
+        records
+            .filter(|r| r.event_id == event.id || r.also.iter().any(|a| a.event_id == event.id))
+            .count()
+    }
+
+    /// With the mark raised by a first event (its transaction writes), a second event of the
+    /// same second fanned out with `first`: its deliveries handed over, and nothing written.
+    fn quiet_event(
+        service: &Service,
+        store: &crate::model::store::Store,
+        first: &First,
+    ) -> (crate::model::event::Event, Vec<(WorkKind, String, Work)>) {
+        let earlier = paid(service, store, 1);
+        fan_out_with(service, first);
+        assert_eq!(
+            expiries_of(service, &earlier),
+            1,
+            "written by the fan-out that raised the mark"
+        );
+        for (_, key, _) in first.take_inbox() {
+            record_ok(service, first, &key);
+            first.settle(&key, true);
+        }
+        assert_eq!(outbox(service), 0, "removed with the last first attempt");
+        let mark = service.db.read::<String>(OUTBOX_KEPT_MARK).expect("mark");
+        let event = paid(service, store, 2);
+        assert_eq!(fan_out_with(service, first), 1);
+        let given = first.take_inbox();
+        assert_eq!(given.len(), 3, "each delivery handed over");
+        assert_eq!(
+            expiries_of(service, &event),
+            0,
+            "its expiry left to the engine"
+        );
+        assert_eq!(outbox(service), 1, "its entry kept");
+        assert!(deliveries(service, store).len() == 3 && queued(service).is_empty());
+        let now = service.db.read::<String>(OUTBOX_KEPT_MARK).expect("mark");
+        assert_eq!(now, mark, "the mark not raised");
+        (event, given)
+    }
+
+    #[test]
+    fn an_event_handed_over_whole_has_its_expiry_written_and_its_entry_removed_with_its_attempts() {
+        let (service, store, clock, _dir) = store_and_clock_with_three_hooks();
+        let first = First::new(&service.db).expect("first");
+        let (event, given) = quiet_event(&service, &store, &first);
+        record_ok(&service, &first, &given[0].1);
+        assert_eq!(
+            expiries_of(&service, &event),
+            1,
+            "written with the first attempt"
+        );
+        assert!(
+            first.alongside(&given[1].1).expiries.is_empty(),
+            "not carried by a second record while the first one's is in flight"
+        );
+        first.settle(&given[0].1, true);
+        assert!(
+            first.alongside(&given[1].1).expiries.is_empty(),
+            "not written again once known written"
+        );
+        record_ok(&service, &first, &given[1].1);
+        first.settle(&given[1].1, true);
+        assert_eq!(outbox(&service), 1, "kept while a delivery is not settled");
+        let last = first.alongside(&given[2].1);
+        assert_eq!(
+            last.outbox.len(),
+            1,
+            "the last one's record removes the entry"
+        );
+        record_ok(&service, &first, &given[2].1);
+        assert_eq!(outbox(&service), 0, "removed with the last first attempt");
+        first.settle(&given[2].1, true);
+        {
+            let state = first.state();
+            assert!(
+                state.held.is_empty() && state.done.is_empty(),
+                "nothing left to remove"
+            );
+        }
+        assert_eq!(expiries_of(&service, &event), 1, "one record");
+        assert_eq!(fan_out_with(&service, &first), 0);
+
+        // The record purges the event and its deliveries at its retention.
+        clock.advance(crate::model::delivery::RETENTION + jiff::SignedDuration::from_secs(2));
+        queue::purge(&service.db, service.now(), 100).expect("purge");
+        let stored =
+            service
+                .db
+                .read::<crate::model::event::Event>(&crate::model::event::event_key(
+                    &store.id, &event.id,
+                ));
+        assert!(stored.expect("read").is_none(), "the event purged");
+        assert!(
+            deliveries(&service, &store).is_empty(),
+            "and its deliveries"
+        );
+    }
+
+    #[test]
+    fn events_fanned_out_together_are_removed_together_by_the_next_fan_out() {
+        let (service, store, _clock, _dir) = store_and_clock_with_three_hooks();
+        let first = First::new(&service.db).expect("first");
+        let events = [paid(&service, &store, 1), paid(&service, &store, 2)];
+        assert_eq!(fan_out_with(&service, &first), 2, "in one transaction");
+        for event in &events {
+            assert_eq!(expiries_of(&service, event), 1, "written by the fan-out");
+        }
+        for (_, key, _) in first.take_inbox() {
+            assert!(first.alongside(&key).is_empty(), "nothing written besides");
+            record_ok(&service, &first, &key);
+            first.settle(&key, true);
+        }
+        assert_eq!(outbox(&service), 2, "not removed with the attempts");
+        fan_out_with(&service, &first);
+        assert_eq!(outbox(&service), 0, "removed together by the next fan-out");
+        assert!(first.state().held.is_empty());
+    }
+
+    #[test]
+    fn a_record_that_failed_leaves_the_expiry_to_be_written_when_its_entry_is_released() {
+        let (service, store, _clock, _dir) = store_and_clock_with_three_hooks();
+        let first = First::new(&service.db).expect("first");
+        let (event, given) = quiet_event(&service, &store, &first);
+        assert_eq!(first.alongside(&given[0].1).expiries.len(), 1, "carried");
+        first.settle(&given[0].1, false); // Its record failed: the entry is released.
+        first
+            .write_pending(&service.db, service.now())
+            .expect("written pending");
+        assert_eq!(
+            expiries_of(&service, &event),
+            1,
+            "written with those written pending"
+        );
+        assert_eq!(deliveries(&service, &store).len(), 6);
+        assert_eq!(fan_out_with(&service, &first), 1, "fanned out again");
+        assert_eq!(queued(&service).len(), 3, "its deliveries queued");
+        assert_eq!(outbox(&service), 0);
+    }
+
+    #[test]
+    fn an_entry_settled_without_its_attempts_recorded_is_removed_with_its_expiry_by_the_fan_out() {
+        let (service, store, _clock, _dir) = store_and_clock_with_three_hooks();
+        let first = First::new(&service.db).expect("first");
+        let (event, given) = quiet_event(&service, &store, &first);
+        // Settled without a record (as a delivery failed unsent is): the fan-out removes it.
+        for (_, key, _) in &given {
+            first.settle(key, true);
+        }
+        assert_eq!(outbox(&service), 1);
+        assert_eq!(expiries_of(&service, &event), 0);
+        fan_out_with(&service, &first);
+        assert_eq!(outbox(&service), 0, "removed by the next fan-out");
+        assert_eq!(expiries_of(&service, &event), 1, "with its expiry record");
+        assert!(first.state().held.is_empty());
+    }
+
+    #[test]
+    fn a_delivery_written_pending_writes_the_expiry_record_left_to_the_engine() {
+        let (service, store, clock, _dir) = store_and_clock_with_three_hooks();
+        let first = First::new(&service.db).expect("first");
+        let (event, given) = quiet_event(&service, &store, &first);
+        clock.advance(jiff::SignedDuration::from_millis(1_500));
+        first
+            .write_pending(&service.db, service.now())
+            .expect("written pending");
+        assert_eq!(
+            deliveries(&service, &store).len(),
+            6,
+            "the second event's, pending"
+        );
+        assert_eq!(expiries_of(&service, &event), 1, "with its expiry record");
+        assert!(
+            first.alongside(&given[0].1).expiries.is_empty(),
+            "known written"
+        );
+    }
+
+    #[test]
+    fn after_a_crash_an_entry_whose_expiry_was_left_to_the_engine_has_it_written_by_the_fan_out() {
+        let (service, store, _clock, _dir) = store_and_clock_with_three_hooks();
+        let before = First::new(&service.db).expect("first");
+        let (event, given) = quiet_event(&service, &store, &before);
+        // One first attempt made and recorded (its record wrote the expiry), then the crash.
+        record_ok(&service, &before, &given[0].1);
+        drop(before);
+        let after = First::new(&service.db).expect("first");
+        assert_eq!(fan_out_with(&service, &after), 1, "fanned out again");
+        assert_eq!(
+            after.take_inbox().len(),
+            2,
+            "the two never written made afresh"
+        );
+        assert_eq!(
+            expiries_of(&service, &event),
+            1,
+            "its record written again, the same under the same key"
+        );
+
+        // Crashed before any record: the fan-out that makes them again writes the record.
+        let (service, store, _clock, _dir) = store_and_clock_with_three_hooks();
+        let before = First::new(&service.db).expect("first");
+        let (event, _) = quiet_event(&service, &store, &before);
+        drop(before);
+        let after = First::new(&service.db).expect("first");
+        assert_eq!(fan_out_with(&service, &after), 1, "fanned out again");
+        assert_eq!(after.take_inbox().len(), 3, "each made afresh");
+        assert_eq!(
+            expiries_of(&service, &event),
+            1,
+            "its expiry record written"
         );
     }
 

@@ -172,6 +172,8 @@ struct Pending {
     /// A first attempt from memory (see [`first`]): the delivery as made (its queue entry was
     /// never written, and the delivery perhaps not either).
     made: Option<Arc<crate::model::delivery::Delivery>>,
+    /// What its record's transaction writes besides (see [`first::First::alongside`]).
+    alongside: queue::Alongside,
     entry: DueEntry,
     outcome: Outcome,
     reply: oneshot::Sender<Result<Option<Paused>>>,
@@ -249,7 +251,11 @@ async fn record_attempts(
                 )
             })
             .collect();
-        match off_workers(&service, || service.record_attempts(&items)) {
+        let mut alongside = queue::Alongside::default();
+        for p in &batch {
+            alongside.extend(&p.alongside);
+        }
+        match off_workers(&service, || service.record_attempts(&items, &alongside)) {
             Ok(paused) => {
                 for (p, paused) in batch.drain(..).zip(paused) {
                     let _ = p.reply.send(Ok(paused));
@@ -265,7 +271,7 @@ async fn record_attempts(
                             &p.entry,
                             &p.outcome,
                         );
-                        let paused = service.record_attempts(&[item])?;
+                        let paused = service.record_attempts(&[item], &p.alongside)?;
                         Ok(paused.into_iter().next().flatten())
                     });
                     let _ = p.reply.send(one);
@@ -1485,9 +1491,14 @@ impl Shared {
         outcome: Outcome,
     ) -> Result<Option<Paused>> {
         let (reply, recorded) = oneshot::channel();
+        let alongside = match made {
+            Some(_) => self.first.alongside(due_key),
+            None => queue::Alongside::default(),
+        };
         let pending = Pending {
             due_key: due_key.to_owned(),
             made,
+            alongside,
             entry: entry.clone(),
             outcome,
             reply,
@@ -1590,6 +1601,7 @@ mod tests {
             },
             outcome: Outcome::unsent(now, String::new()),
             reply: oneshot::channel().0,
+            alongside: queue::Alongside::default(),
         }
     }
 

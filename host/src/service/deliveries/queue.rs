@@ -90,7 +90,9 @@ pub const FAN_OUT_TIME_PER_CALL: std::time::Duration = std::time::Duration::from
 /// once, with its first attempt, when that is recorded ([`Service::record_attempts`]); one that
 /// waits longer for it is written pending meanwhile ([`write_pending`]), so that the API shows
 /// it. Its event's outbox entry is kept (not removed by the fan-out) until the engine has
-/// recorded the first attempt of each such delivery, and then removed. A stop or a crash in
+/// recorded the first attempt of each such delivery, and then removed: with the last one, for
+/// an event fanned out alone ([`Handed::alone`]), or else by the fan-out's next transaction,
+/// with the entries of the other events settled meanwhile. A stop or a crash in
 /// between leaves the outbox entry, which is fanned out again ([`FirstAttempts::suspect`]): a
 /// delivery already written is not made again (a pending one is queued then), and one never
 /// written is made afresh, its attempt made again (at least once, as after any crash). Three
@@ -106,9 +108,10 @@ pub trait FirstAttempts {
     fn suspect(&self, key: &str) -> bool;
     /// How many deliveries may still be handed to the engine in memory.
     fn room(&self) -> usize;
-    /// The held outbox entries all of whose deliveries are settled: the fan-out removes them,
-    /// in its next transaction.
-    fn take_done(&self) -> Vec<String>;
+    /// The held outbox entries all of whose deliveries are settled, with the expiry records of
+    /// their events not yet known written: the fan-out writes and removes them in its next
+    /// transaction.
+    fn take_done(&self) -> Alongside;
     /// Entries of [`FirstAttempts::take_done`] removed (`removed`), or to try again.
     fn removed(&self, keys: Vec<String>, removed: bool);
     /// The mark stored under [`OUTBOX_KEPT_MARK`], at or after every outbox entry ever kept:
@@ -130,6 +133,84 @@ pub trait FirstAttempts {
 /// A delivery handed to the engine in memory for its first attempt (see [`FirstAttempts`]): the
 /// key its queue entry would have, and the delivery as made, pending and not yet written.
 pub type FirstAttempt = (String, Delivery);
+
+/// What the fan-out hands the engine of one event (see [`FirstAttempts`]): its deliveries, and
+/// its expiry record when the fan-out's transaction had nothing else to write (see
+/// [`PendingExpiry`]).
+#[derive(Debug, Default)]
+pub struct Handed {
+    /// The deliveries handed over.
+    pub deliveries: Vec<FirstAttempt>,
+    /// The event's expiry record, left to the engine to write.
+    pub expiry: Option<PendingExpiry>,
+    /// Whether the event was fanned out alone in its transaction: its outbox entry is removed
+    /// with the last of its first attempts' records, where one removed by the fan-out would
+    /// cost a transaction of its own (see [`FirstAttempts::take_done`]). The entries of events
+    /// fanned out together are removed together, by the fan-out's next transaction (removed
+    /// with their attempts instead, a backlog on sled cost more: see PERFORMANCE.md).
+    pub alone: bool,
+}
+
+impl Handed {
+    /// Whether no delivery was handed over.
+    pub fn is_empty(&self) -> bool {
+        self.deliveries.is_empty()
+    }
+}
+
+/// The expiry record of an event (see [`Expiry`]) that the fan-out left to the engine to write:
+/// a fan-out transaction of one event alone that hands each of its deliveries over (writing
+/// none), removes no outbox entry and leaves the mark would write nothing else, and on sled
+/// each commit writes and syncs the log's buffer twice, so the record goes with a first
+/// attempt's record instead (see [`Alongside`]), and the transaction writes nothing (one
+/// event at a time, on sled: three commits an event become two). Until a transaction that
+/// wrote it is known to have committed, the next one that writes one of the event's
+/// deliveries or removes its outbox entry writes it (the one event's record, under its own
+/// key: written again, it changes nothing). An event fanned out again (a crash, a stop, or an
+/// error that released its outbox entry) has its record written by that fan-out, as every
+/// event's was before; the outbox entry is never removed before the record is written.
+#[derive(Debug, Clone)]
+pub struct PendingExpiry(Arc<Expiring>);
+
+impl PendingExpiry {
+    /// Writes the record in `tx`.
+    fn write(&self, tx: &mut Tx<'_>) -> Result<()> {
+        let (at, record) = &*self.0;
+        tx.write(&expiry_key(*at, &record.store_id, &record.event_id), record)
+    }
+}
+
+/// What a transaction that settles deliveries handed over (see [`FirstAttempts`]) writes
+/// besides them: their events' expiry records not yet written ([`PendingExpiry`]), and the
+/// outbox entries it settles whole, removed.
+#[derive(Debug, Default, Clone)]
+pub struct Alongside {
+    /// The expiry records to write.
+    pub expiries: Vec<PendingExpiry>,
+    /// The outbox entries to remove.
+    pub outbox: Vec<String>,
+}
+
+impl Alongside {
+    /// Whether there is nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.expiries.is_empty() && self.outbox.is_empty()
+    }
+
+    /// Adds what `other` writes.
+    pub fn extend(&mut self, other: &Alongside) {
+        self.expiries.extend(other.expiries.iter().cloned());
+        self.outbox.extend(other.outbox.iter().cloned());
+    }
+
+    /// Writes the records and removes the entries in `tx`.
+    fn write(&self, tx: &mut Tx<'_>) -> Result<()> {
+        for expiry in &self.expiries {
+            expiry.write(tx)?;
+        }
+        self.outbox.iter().try_for_each(|key| tx.remove(key))
+    }
+}
 
 /// What a call of [`fan_out`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,7 +239,7 @@ pub fn fan_out(
     now: Timestamp,
     limit: usize,
     first: Option<&dyn FirstAttempts>,
-    fanned_out: impl FnMut(ReadEvent, &str, Vec<FirstAttempt>),
+    fanned_out: impl FnMut(ReadEvent, &str, Handed),
 ) -> Result<FannedOut> {
     let mut done = first.map(FirstAttempts::take_done).unwrap_or_default();
     let fanned = fan_out_listed(service, now, limit, first, &mut done, fanned_out);
@@ -167,7 +248,7 @@ pub fn fan_out(
     {
         // Not removed in a transaction of the call (it made none, or failed): in one of their own.
         let removed = remove_outbox_entries(&service.db, &done);
-        first.removed(done, removed.is_ok());
+        first.removed(done.outbox, removed.is_ok());
         removed?;
     }
     fanned
@@ -180,8 +261,8 @@ fn fan_out_listed(
     now: Timestamp,
     limit: usize,
     first: Option<&dyn FirstAttempts>,
-    done: &mut Vec<String>,
-    mut fanned_out: impl FnMut(ReadEvent, &str, Vec<FirstAttempt>),
+    done: &mut Alongside,
+    mut fanned_out: impl FnMut(ReadEvent, &str, Handed),
 ) -> Result<FannedOut> {
     let db = &service.db;
     let (mut listed, full) = list_outbox(db, limit, first)?;
@@ -229,7 +310,7 @@ fn fan_out_listed(
                 Ok(raised) => {
                     if let Some(first) = first {
                         if !remove.is_empty() {
-                            first.removed(std::mem::take(&mut remove), true);
+                            first.removed(std::mem::take(&mut remove.outbox), true);
                         }
                         if let Some(raised) = raised {
                             first.kept_up_to(raised);
@@ -460,26 +541,28 @@ struct FanOutChunk<'a> {
     now: Timestamp,
     /// See [`FirstAttempts::suspect`].
     suspect: &'a dyn Fn(&str) -> bool,
-    /// Outbox entries to remove besides (see [`FirstAttempts::take_done`]).
-    remove: &'a [String],
+    /// Outbox entries to remove besides, with their events' expiry records not yet written (see
+    /// [`FirstAttempts::take_done`]).
+    remove: &'a Alongside,
     /// See [`FirstAttempts::kept_mark`].
     mark: Option<&'a str>,
 }
 
 impl FanOutChunk<'_> {
     /// Commits the transaction; hands each event fanned out to `fanned_out`, with the
-    /// deliveries handed over (while `room` lasts). Returns the mark, if raised.
+    /// deliveries handed over (while `room` lasts). A transaction of one event that would write
+    /// nothing but its expiry record (every delivery handed over, no outbox entry removed, the
+    /// mark not raised) writes nothing: the record is handed over with the deliveries
+    /// ([`PendingExpiry`]). Returns the mark, if raised.
     fn run(
         &self,
         chunk: Vec<Prepared>,
         room: &mut Option<usize>,
-        fanned_out: &mut impl FnMut(ReadEvent, &str, Vec<FirstAttempt>),
+        fanned_out: &mut impl FnMut(ReadEvent, &str, Handed),
     ) -> Result<Option<String>> {
         let (service, now, suspect) = (self.service, self.now, self.suspect);
         let (fanned, left, raised) = service.db.tx_relaxed(|tx| {
-            for key in self.remove {
-                tx.remove(key)?;
-            }
+            self.remove.write(tx)?;
             // What the entries below read, in one round trip where hosts share PostgreSQL.
             let outbox = chunk.iter().map(|(key, ..)| key.clone());
             let targets = chunk.iter().flat_map(|(_, entry, _, candidates)| {
@@ -491,8 +574,7 @@ impl FanOutChunk<'_> {
             let mut read = target::TargetsRead::default();
             // Counted afresh on each run of the closure (a conflict runs it again).
             let mut left = *room;
-            let mut expiries = Vec::new();
-            let fanned = chunk
+            let mut fanned = chunk
                 .iter()
                 .map(|(key, entry, event, candidates)| {
                     let one = FanOut {
@@ -502,16 +584,13 @@ impl FanOutChunk<'_> {
                         now,
                     };
                     let event = event.as_ref().map(|(event, _)| event);
-                    let (first, expiry) = one.run(tx, &mut read, event, candidates, &mut left)?;
-                    expiries.extend(expiry);
-                    Ok(first)
+                    one.run(tx, &mut read, event, candidates, &mut left)
                 })
-                .collect::<Result<Vec<Option<Vec<FirstAttempt>>>>>()?;
-            write_expiries(tx, expiries)?;
+                .collect::<Result<Vec<Fanned>>>()?;
             let kept = chunk
                 .iter()
                 .zip(&fanned)
-                .filter(|(_, first)| first.as_ref().is_some_and(|f| !f.is_empty()))
+                .filter(|(_, one)| one.first.as_ref().is_some_and(|f| !f.is_empty()))
                 .map(|((key, ..), _)| key.as_str())
                 .max();
             let raised = kept
@@ -520,21 +599,52 @@ impl FanOutChunk<'_> {
             if let Some(raised) = &raised {
                 tx.write(OUTBOX_KEPT_MARK, raised)?;
             }
+            // A lone event's record is left to the engine when the transaction would write
+            // nothing else; several events' records are written here, in one (see
+            // `write_expiries`), not one each with their attempts.
+            let nothing_else = self.remove.is_empty() && raised.is_none();
+            if !(alone(&fanned) && nothing_else) || fanned.iter().any(|one| one.wrote) {
+                write_expiries(tx, fanned.iter_mut().filter_map(|one| one.expiry.take()))?;
+            }
             Ok((fanned, left, raised))
         })?;
+        let alone = alone(&fanned);
         *room = left;
         for ((key, _, event, candidates), fanned) in chunk.into_iter().zip(fanned) {
-            if let Some(first) = fanned
+            if let Some(first) = fanned.first
                 && let Some(event) = event
             {
                 service.metrics.event_emitted(event.0.kind().as_str());
                 if !candidates.is_empty() {
-                    fanned_out(event, &key, first);
+                    let handed = Handed {
+                        deliveries: first,
+                        expiry: fanned.expiry.map(|e| PendingExpiry(Arc::new(e))),
+                        alone,
+                    };
+                    fanned_out(event, &key, handed);
                 }
             }
         }
         Ok(raised)
     }
+}
+
+/// Whether a transaction fanned out one event alone (others it took were gone).
+fn alone(fanned: &[Fanned]) -> bool {
+    fanned.iter().filter(|one| one.first.is_some()).count() == 1
+}
+
+/// What [`FanOut::run`] made of one outbox entry.
+struct Fanned {
+    /// The deliveries handed over, or `None` when it was not fanned out (see [`FanOut::run`]).
+    first: Option<Vec<FirstAttempt>>,
+    /// What its expiry purges, for the caller to write ([`write_expiries`]), or to hand over
+    /// with the deliveries (see [`FanOutChunk::run`]); taken once written.
+    expiry: Option<Expiring>,
+    /// Whether it wrote or removed anything, or must have its expiry written in the
+    /// transaction: an entry fanned out again ([`FirstAttempts::suspect`]), whose deliveries
+    /// made before may be written already.
+    wrote: bool,
 }
 
 /// One outbox entry in the fan-out's transaction (see [`FanOut::run`]).
@@ -552,8 +662,7 @@ impl FanOut<'_> {
     /// none is; see [`FirstAttempts`]). The entry is removed unless some delivery was handed
     /// over. Returns those handed over, or `None` when it was not fanned out (another host took
     /// it first; its event was purged, and the entry removed; or its event was not read, and
-    /// the entry stays for a later fan-out); and what its expiry purges, for the caller to write
-    /// ([`write_expiries`]).
+    /// the entry stays for a later fan-out); and what its expiry purges (see [`Fanned`]).
     fn run(
         &self,
         tx: &mut Tx<'_>,
@@ -561,10 +670,15 @@ impl FanOut<'_> {
         event: Option<&Event>,
         candidates: &[TargetRef],
         room: &mut Option<usize>,
-    ) -> Result<(Option<Vec<FirstAttempt>>, Option<Expiring>)> {
+    ) -> Result<Fanned> {
         let (key, entry, now) = (self.key, self.entry, self.now);
+        let none = |wrote| Fanned {
+            first: None,
+            expiry: None,
+            wrote,
+        };
         if tx.read::<OutboxEntry>(key)?.is_none() {
-            return Ok((None, None));
+            return Ok(none(false));
         }
         let Some(event) = event else {
             if tx.exists(&event_key(&entry.store_id, &entry.event_id))? {
@@ -576,13 +690,14 @@ impl FanOut<'_> {
                     outbox = key,
                     "fan-out: an outbox entry's event was not read; left for a later fan-out"
                 );
-                return Ok((None, None));
+                return Ok(none(false));
             }
             tx.remove(key)?;
-            return Ok((None, None)); // Purged (fanned out before, and the entry kept since).
+            return Ok(none(true)); // Purged (fanned out before, and the entry kept since).
         };
         let mut targets = Vec::new();
         let mut first = Vec::new();
+        let mut wrote = self.suspect;
         for target in candidates {
             if let TargetRef::Component(installation) = target
                 && !Cause::reaches_component(entry.cause.as_ref(), installation)
@@ -600,6 +715,7 @@ impl FanOut<'_> {
                     && let Some(at) = made.next_attempt_at
                 {
                     tx.enqueue(&made.work(), at)?;
+                    wrote = true;
                 }
                 targets.push(target.clone());
                 continue;
@@ -624,25 +740,33 @@ impl FanOut<'_> {
                 enqueue(tx, &mut delivery, now)?;
             }
             tx.write(&delivery.key(), &delivery)?;
+            wrote = true;
         }
         if first.is_empty() {
             tx.remove(key)?;
+            wrote = true;
         }
-        Ok((Some(first), Some(expiry_of(event, targets, false)?)))
+        Ok(Fanned {
+            first: Some(first),
+            expiry: Some(expiry_of(event, targets, false)?),
+            wrote,
+        })
     }
 }
 
 /// Removes the outbox entries whose deliveries' first attempts, made from memory, are all
-/// recorded (see [`FirstAttempts`]).
-pub fn remove_outbox_entries(db: &Db, keys: &[String]) -> Result<()> {
-    db.tx_relaxed(|tx| keys.iter().try_for_each(|key| tx.remove(key)))
+/// recorded (see [`FirstAttempts`]), writing their events' expiry records not yet written.
+pub fn remove_outbox_entries(db: &Db, done: &Alongside) -> Result<()> {
+    db.tx_relaxed(|tx| done.write(tx))
 }
 
 /// Writes deliveries handed over for their first attempt (see [`FirstAttempts`]) as they were
-/// made, pending, each unless it was written meanwhile (its attempt recorded): the API shows a
-/// delivery whose first attempt is slow to come, and a replay or a resend finds it.
-pub fn write_pending(db: &Db, deliveries: &[&Delivery]) -> Result<()> {
+/// made, pending, each unless it was written meanwhile (its attempt recorded), with their
+/// events' expiry records not yet written (`alongside`): the API shows a delivery whose first
+/// attempt is slow to come, and a replay or a resend finds it.
+pub fn write_pending(db: &Db, deliveries: &[&Delivery], alongside: &Alongside) -> Result<()> {
     db.tx_relaxed(|tx| {
+        alongside.write(tx)?;
         for d in deliveries {
             let key = d.key();
             if !tx.exists(&key)? {
@@ -792,7 +916,7 @@ impl Service {
         entry: &DueEntry,
         outcome: &Outcome,
     ) -> Result<Option<Paused>> {
-        self.record_attempts(&[((due_key, None), entry, outcome)])
+        self.record_attempts(&[((due_key, None), entry, outcome)], &Alongside::default())
             .map(|mut paused| paused.pop().flatten())
     }
 }
@@ -804,10 +928,13 @@ impl Service {
     ///
     /// Each attempt comes with its queue entry's key and, for a first attempt made from memory
     /// (see [`FirstAttempts`]), the delivery as it was made: its queue entry was never written,
-    /// and the delivery is written now unless it was already.
+    /// and the delivery is written now unless it was already; the transaction also writes what
+    /// goes `alongside` such attempts (their events' expiry records not yet written, and the
+    /// outbox entries they settle whole).
     pub fn record_attempts(
         &self,
         batch: &[(Made<'_>, &DueEntry, &Outcome)],
+        alongside: &Alongside,
     ) -> Result<Vec<Option<Paused>>> {
         let now = self.now();
         let route = self.mail_route;
@@ -817,6 +944,7 @@ impl Service {
                     .iter()
                     .map(|(_, e, _)| delivery_key(&e.store_id, &e.target, &e.event_id)),
             )?;
+            alongside.write(tx)?;
             batch
                 .iter()
                 .map(|(due, entry, outcome)| {
@@ -1041,7 +1169,8 @@ fn expiry_of(event: &Event, targets: Vec<TargetRef>, test: bool) -> Result<Expir
 /// Notes the expiries of a transaction's events (see [`expiry_of`]), in as few records as
 /// [`EXPIRY_GROUPED_WITHIN`] allows: each record under the key of its earliest event, at its
 /// last one's expiry (see [`Expiry`]).
-fn write_expiries(tx: &mut Tx<'_>, mut expiries: Vec<Expiring>) -> Result<()> {
+fn write_expiries(tx: &mut Tx<'_>, expiries: impl IntoIterator<Item = Expiring>) -> Result<()> {
+    let mut expiries: Vec<Expiring> = expiries.into_iter().collect();
     expiries.sort_by_key(|(at, _)| *at);
     let mut expiries = expiries.into_iter().peekable();
     while let Some((first_at, mut record)) = expiries.next() {
@@ -1143,7 +1272,7 @@ pub(crate) mod tests {
                 service: &service,
                 now: service.now(),
                 suspect: &|_| false,
-                remove: &[],
+                remove: &Alongside::default(),
                 mark: None,
             };
             let fanned = chunk
@@ -1287,8 +1416,8 @@ pub(crate) mod tests {
         fn room(&self) -> usize {
             0
         }
-        fn take_done(&self) -> Vec<String> {
-            Vec::new()
+        fn take_done(&self) -> Alongside {
+            Alongside::default()
         }
         fn removed(&self, _: Vec<String>, _: bool) {}
         fn kept_mark(&self) -> Option<String> {
@@ -1726,7 +1855,10 @@ pub(crate) mod tests {
         // The same delivery twice in one batch: the first attempt moves it on (succeeded), the
         // second is recorded in the log but no longer current.
         let paused = service
-            .record_attempts(&[((&key, None), &entry, &ok), ((&key, None), &entry, &failed)])
+            .record_attempts(
+                &[((&key, None), &entry, &ok), ((&key, None), &entry, &failed)],
+                &Alongside::default(),
+            )
             .expect("record");
         assert_eq!(paused.len(), 2);
         let delivery: Delivery = service
