@@ -342,11 +342,21 @@ impl First {
     }
 
     /// The delivery handed over as `key`, as it was made (`None`: it was queued).
+    #[cfg(test)]
     pub fn made(&self, key: &str) -> Option<Arc<Delivery>> {
+        self.made_alone(key).map(|(made, _)| made)
+    }
+
+    /// [`First::made`], and whether its event was fanned out alone ([`Handed::alone`]): only
+    /// such a delivery's record may write besides ([`First::alongside`]).
+    pub fn made_alone(&self, key: &str) -> Option<(Arc<Delivery>, bool)> {
         if !self.enabled {
             return None;
         }
-        self.state().given.get(key).map(|g| g.delivery.clone())
+        let state = self.state();
+        let given = state.given.get(key)?;
+        let alone = state.held.get(&given.outbox).is_some_and(|h| h.alone);
+        Some((given.delivery.clone(), alone))
     }
 
     /// What the transaction that records the first attempt of the delivery handed over as
@@ -851,6 +861,9 @@ mod tests {
         assert_eq!(fan_out_with(service, first), 1);
         let given = first.take_inbox();
         assert_eq!(given.len(), 3, "each delivery handed over");
+        for (_, key, _) in &given {
+            assert!(first.made_alone(key).expect("made").1, "fanned out alone");
+        }
         assert_eq!(
             expiries_of(service, &event),
             0,
@@ -931,6 +944,8 @@ mod tests {
             assert_eq!(expiries_of(&service, event), 1, "written by the fan-out");
         }
         for (_, key, _) in first.take_inbox() {
+            let (_, alone) = first.made_alone(&key).expect("made");
+            assert!(!alone, "not fanned out alone");
             assert!(first.alongside(&key).is_empty(), "nothing written besides");
             record_ok(&service, &first, &key);
             first.settle(&key, true);

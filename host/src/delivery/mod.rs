@@ -143,8 +143,10 @@ enum Job {
 /// The delivery an attempt is for.
 enum Attempting {
     /// Handed over for its first attempt (see [`first`]), as made: its queue entry was never
-    /// written, and the delivery perhaps not either (the recorder is handed it with the attempt).
-    Made(Arc<crate::model::delivery::Delivery>),
+    /// written, and the delivery perhaps not either (the recorder is handed it with the attempt);
+    /// and whether its event was fanned out alone (its record may write besides, see
+    /// [`first::First::alongside`]; that of an event fanned out with others never does).
+    Made(Arc<crate::model::delivery::Delivery>, bool),
     /// Claimed from its stored record.
     Claimed(Box<crate::model::delivery::Delivery>),
 }
@@ -152,7 +154,7 @@ enum Attempting {
 impl Attempting {
     fn delivery(&self) -> &crate::model::delivery::Delivery {
         match self {
-            Attempting::Made(made) => made,
+            Attempting::Made(made, _) => made,
             Attempting::Claimed(claimed) => claimed,
         }
     }
@@ -160,7 +162,7 @@ impl Attempting {
     /// The delivery as made, for one handed over.
     fn made(&self) -> Option<Arc<crate::model::delivery::Delivery>> {
         match self {
-            Attempting::Made(made) => Some(made.clone()),
+            Attempting::Made(made, _) => Some(made.clone()),
             Attempting::Claimed(_) => None,
         }
     }
@@ -1157,7 +1159,7 @@ impl Shared {
         // A delivery handed over for its first attempt is this host's, as made: not read.
         let (given, starting): (Vec<_>, Vec<_>) = starting
             .into_iter()
-            .map(|(key, entry, ticket)| (self.first.made(&key), (key, entry, ticket)))
+            .map(|(key, entry, ticket)| (self.first.made_alone(&key), (key, entry, ticket)))
             .partition(|(made, _)| made.is_some());
         let deliveries: Vec<(&str, &DueEntry)> = starting
             .iter()
@@ -1168,7 +1170,12 @@ impl Shared {
         let mut jobs = Vec::with_capacity(starting.len() + given.len());
         for (made, (key, entry, ticket)) in given {
             if let Some(made) = made {
-                jobs.push((key, Job::Attempt(entry, Attempting::Made(made)), ticket));
+                let (made, alone) = made;
+                jobs.push((
+                    key,
+                    Job::Attempt(entry, Attempting::Made(made, alone)),
+                    ticket,
+                ));
             }
         }
         for (_, (key, entry, ticket)) in starting {
@@ -1444,9 +1451,7 @@ impl Shared {
         // Made: the next attempt may take its place while this one is recorded.
         ticket.finish_attempt();
         self.done.notify_one();
-        let paused = self
-            .record(due_key, attempting.made(), entry, outcome)
-            .await?;
+        let paused = self.record(due_key, attempting, entry, outcome).await?;
         service
             .metrics
             .delivery_attempt(kind, succeeded, wall.elapsed());
@@ -1481,23 +1486,23 @@ impl Shared {
         self.events.keep(key, event, bytes);
     }
 
-    /// Records an attempt through the recorder, in the next batch (`made`: the delivery as made,
+    /// Records an attempt through the recorder, in the next batch (with the delivery as made,
     /// for one handed over for its first attempt).
     async fn record(
         &self,
         due_key: &str,
-        made: Option<Arc<crate::model::delivery::Delivery>>,
+        attempting: &Attempting,
         entry: &DueEntry,
         outcome: Outcome,
     ) -> Result<Option<Paused>> {
         let (reply, recorded) = oneshot::channel();
-        let alongside = match made {
-            Some(_) => self.first.alongside(due_key),
-            None => queue::Alongside::default(),
+        let alongside = match attempting {
+            Attempting::Made(_, true) => self.first.alongside(due_key),
+            _ => queue::Alongside::default(),
         };
         let pending = Pending {
             due_key: due_key.to_owned(),
-            made,
+            made: attempting.made(),
             alongside,
             entry: entry.clone(),
             outcome,
@@ -1767,7 +1772,12 @@ mod tests {
             .try_start(key, slot)
             .unwrap_or_else(|_| panic!("starts"));
         shared
-            .attempt(key, &entry, &Attempting::Made(made.clone()), &mut ticket)
+            .attempt(
+                key,
+                &entry,
+                &Attempting::Made(made.clone(), false),
+                &mut ticket,
+            )
             .await
             .expect("attempt");
         let written: Delivery = service
