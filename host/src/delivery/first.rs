@@ -858,7 +858,13 @@ mod tests {
         assert_eq!(outbox(service), 0, "removed with the last first attempt");
         let mark = service.db.read::<String>(OUTBOX_KEPT_MARK).expect("mark");
         let event = paid(service, store, 2);
+        let commits = service.db.batches_applied();
         assert_eq!(fan_out_with(service, first), 1);
+        assert_eq!(
+            service.db.batches_applied(),
+            commits,
+            "the fan-out committed nothing"
+        );
         let given = first.take_inbox();
         assert_eq!(given.len(), 3, "each delivery handed over");
         for (_, key, _) in &given {
@@ -905,7 +911,13 @@ mod tests {
             1,
             "the last one's record removes the entry"
         );
+        let commits = service.db.batches_applied();
         record_ok(&service, &first, &given[2].1);
+        assert_eq!(
+            service.db.batches_applied(),
+            commits + 1,
+            "in its one commit"
+        );
         assert_eq!(outbox(&service), 0, "removed with the last first attempt");
         first.settle(&given[2].1, true);
         {

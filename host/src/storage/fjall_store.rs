@@ -302,6 +302,13 @@ impl FjallStorage {
 }
 
 impl Storage for FjallStorage {
+    #[cfg(test)]
+    fn batches_applied(&self) -> usize {
+        self.commits
+            .batches
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let value = self.view().get(key)?;
         Ok(value.map(|v| v.to_vec()))

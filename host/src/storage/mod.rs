@@ -149,6 +149,13 @@ pub trait Storage: Send + Sync + 'static {
     fn is_shared(&self) -> bool {
         false
     }
+
+    /// How many batches an embedded store has applied to its engine (each a commit of one or
+    /// more transactions; 0 where it does not count them), for tests that count commits.
+    #[cfg(test)]
+    fn batches_applied(&self) -> usize {
+        0
+    }
 }
 
 /// Up to `limit` entries of `items` (an embedded backend's range, in the scan's order) whose key
@@ -520,6 +527,12 @@ impl Db {
     /// Whether other hosts may share this storage (see [`Storage::is_shared`]).
     pub fn is_shared(&self) -> bool {
         self.inner.is_shared()
+    }
+
+    /// See [`Storage::batches_applied`].
+    #[cfg(test)]
+    pub(crate) fn batches_applied(&self) -> usize {
+        self.inner.batches_applied()
     }
 
     /// What the delivery engine waits on between polls.

@@ -142,6 +142,9 @@ impl<E: Engine> Commits<E> {
         if overlay.writes.is_empty() {
             return Ok(());
         }
+        #[cfg(test)]
+        self.batches
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.engine.apply(overlay.writes.into_iter().collect())
     }
 

@@ -92,6 +92,13 @@ impl SledStorage {
 }
 
 impl Storage for SledStorage {
+    #[cfg(test)]
+    fn batches_applied(&self) -> usize {
+        self.commits
+            .batches
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         Ok(self.tree().get(key)?.map(|v| v.to_vec()))
     }
