@@ -106,10 +106,6 @@ struct Held {
     /// Whether the record of a first attempt not yet settled carries `expiry` (see
     /// [`First::alongside`]): no other record takes it meanwhile.
     expiry_carried: bool,
-    /// Whether its event was fanned out alone ([`Handed::alone`]): the last of its first
-    /// attempts' records removes it (see [`First::alongside`]). Another entry is removed by the
-    /// fan-out's next transaction.
-    alone: bool,
 }
 
 /// A delivery handed over.
@@ -121,6 +117,10 @@ struct Given {
     delivery: Arc<Delivery>,
     /// Whether it is written (pending), or being written.
     written: bool,
+    /// Whether its event was fanned out alone ([`Handed::alone`]): the last of the event's
+    /// first attempts' records removes the outbox entry (see [`First::alongside`]); another
+    /// entry is removed by the fan-out's next transaction.
+    alone: bool,
     /// What the transaction recording its first attempt writes besides (see
     /// [`First::alongside`]): its event's expiry record, and the removal of its outbox entry.
     carries: Carries,
@@ -192,7 +192,6 @@ impl First {
         let mut state = self.state();
         let held = Held {
             left: deliveries.len(),
-            alone,
             expiry,
             expiry_carried: false,
         };
@@ -210,6 +209,7 @@ impl First {
                 outbox: outbox.to_owned(),
                 delivery: Arc::new(delivery),
                 written: false,
+                alone,
                 carries: Carries::default(),
             };
             state.given.insert(key.clone(), given);
@@ -230,7 +230,7 @@ impl First {
     pub fn write_pending(&self, db: &Db, now: Timestamp) -> Result<()> {
         let waited = u64::try_from(WRITE_PENDING_AFTER.as_millis()).unwrap_or(u64::MAX);
         let until = millis(now).saturating_sub(waited);
-        let (writing, settled, releasing, alongside) = {
+        let (writing, settled, releasing, alongside, expiries_of) = {
             let mut state = self.state();
             let State {
                 held,
@@ -277,10 +277,10 @@ impl First {
                 writing,
                 std::mem::take(cut_short),
                 std::mem::take(releasing),
-                (alongside, expiries_of),
+                alongside,
+                expiries_of,
             )
         };
-        let (alongside, expiries_of) = alongside;
         let deliveries: Vec<&Delivery> = writing
             .iter()
             .map(|(_, d)| &**d)
@@ -355,8 +355,7 @@ impl First {
         }
         let state = self.state();
         let given = state.given.get(key)?;
-        let alone = state.held.get(&given.outbox).is_some_and(|h| h.alone);
-        Some((given.delivery.clone(), alone))
+        Some((given.delivery.clone(), given.alone))
     }
 
     /// What the transaction that records the first attempt of the delivery handed over as
@@ -392,7 +391,7 @@ impl First {
             entry.expiry_carried = true;
             given.carries.expiry = true;
         }
-        if entry.alone && entry.left == 1 {
+        if given.alone && entry.left == 1 {
             alongside.outbox.push(given.outbox.clone());
             given.carries.outbox = true;
         }
