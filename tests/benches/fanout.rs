@@ -11,6 +11,8 @@
 //! of the runtime's workers, which the engine and the receiver run on. Figures also go to
 //! `target/bench/fanout.json`. A burst whose deliveries have not all arrived after
 //! `FANOUT_DEADLINE_SECS` (600) fails, saying what the storage still holds of it.
+//! `FANOUT_WARM_BURSTS` (0) runs that many bursts on each host first, not counted (see
+//! `warm_up`): the measured burst then meets a host that has had one.
 //!
 //! With `BENCH_DATABASE_URL` (a PostgreSQL server; each run makes fresh databases on it) the
 //! same runs follow on PostgreSQL, with one host and then with two hosts (two services, each with
@@ -636,20 +638,26 @@ async fn one_host(
     let (p50, p99) = serial(&hosts, arrivals, sizes.serial_count).await?;
     figures.set(&format!("first_attempt_p50_ms{suffix}"), p50);
     figures.set(&format!("first_attempt_p99_ms{suffix}"), p99);
-    // `FANOUT_WARM_BURSTS=n`: n bursts first, not counted, so that the measured one runs on a
-    // host whose memory has grown to a burst's once already (the plain loop, which runs after
-    // the engine's phase, always does).
+    warm_up(&hosts, arrivals, sizes).await?;
+    let burst = burst(&hosts, arrivals, sizes.events, sizes.subscriptions).await?;
+    hosts.stop().await;
+    set_burst(figures, &burst, suffix);
+    Ok(burst.per_s)
+}
+
+/// The bursts not counted before the measured one (`FANOUT_WARM_BURSTS`), so that it meets a
+/// host that has had a burst already: its memory grown to a burst's (as the plain loop, which runs
+/// after the engine's phase, always finds it) and, on fjall, the earlier bursts' writes still to
+/// flush from its memory table.
+async fn warm_up(hosts: &Hosts, arrivals: &Arrivals, sizes: &Sizes) -> anyhow::Result<()> {
     for n in 1..=sizes.warm_bursts {
         println!(
             "  warm-up burst {n} of {} (not counted):",
             sizes.warm_bursts
         );
-        burst_of(&hosts, arrivals, sizes.events, sizes.subscriptions).await?;
+        burst_of(hosts, arrivals, sizes.events, sizes.subscriptions).await?;
     }
-    let burst = burst(&hosts, arrivals, sizes.events, sizes.subscriptions).await?;
-    hosts.stop().await;
-    set_burst(figures, &burst, suffix);
-    Ok(burst.per_s)
+    Ok(())
 }
 
 /// Sets a burst's figures, named with `suffix` at the end.
@@ -784,6 +792,7 @@ async fn main() -> anyhow::Result<()> {
 
         println!("\n== PostgreSQL, two hosts on one database, concurrency {concurrency} each");
         let hosts = Hosts::start(Some(&fresh()?), 2, &base, &sizes).await?;
+        warm_up(&hosts, &arrivals, &sizes).await?;
         let burst = burst(&hosts, &arrivals, events, subscriptions).await?;
         hosts.stop().await;
         let two = burst.per_s;
