@@ -6,6 +6,12 @@
 //! names itself, past the network policy), redirects never followed (a receiver or provider
 //! cannot bounce the request elsewhere), and the timeouts of [`Timeouts`].
 //!
+//! Webhook attempts, the engine's hot path, go through hyper's pooled client directly
+//! ([`HttpClient::post_webhook`]): HTTP/1.1, TLS by rustls with Mozilla's roots, and nothing else
+//! on the way (reqwest, which the providers' requests use, cost a signed fan-out about a sixth
+//! of its CPU a delivery: PERFORMANCE.md, the thirty-fourth pass). A URL's user and password
+//! are sent as `Authorization: Basic`, as reqwest sends them.
+//!
 //! Webhook URLs are chosen by plugins, so their names resolve only through [`PolicyResolver`]:
 //! only to addresses the network policy allows, so a name that changes its answer between the
 //! check and the connection (DNS rebinding) still cannot reach an internal address. Provider URLs
@@ -14,12 +20,24 @@
 //! keep plugins away from internal addresses.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Full};
+use hyper::header::{AUTHORIZATION, HeaderMap, HeaderValue, USER_AGENT};
+use hyper::{Method, Request, StatusCode, Uri};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::dns::Name;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use reqwest::{RequestBuilder, Url};
 
+use crate::model::delivery::RESPONSE_EXCERPT_BYTES;
 use crate::model::error::{Error, Result};
 use crate::service::network::{NetworkPolicy, Refusal};
 
@@ -27,6 +45,9 @@ use crate::service::network::{NetworkPolicy, Refusal};
 pub const PROVIDER_TIMEOUT: Duration = Duration::from_secs(10);
 /// The time an SMTP server (the merchant's, or the host's own) has for each step of a send.
 pub const SMTP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The `User-Agent` of every webhook request.
+pub const WEBHOOK_USER_AGENT: &str = concat!("commerce-host-webhooks/", env!("CARGO_PKG_VERSION"));
 
 /// How long anything the engine sends may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,11 +71,15 @@ impl Timeouts {
     }
 }
 
+/// The webhook client: hyper's pool, over TLS or not, connecting only where the policy allows.
+type WebhookClient =
+    Client<hyper_rustls::HttpsConnector<HttpConnector<PolicyResolver>>, Full<Bytes>>;
+
 /// The HTTP client every outgoing request uses. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct HttpClient {
     /// Resolves through the network policy.
-    webhooks: reqwest::Client,
+    webhooks: WebhookClient,
     /// Resolves as the system does (operator-set URLs).
     providers: reqwest::Client,
     policy: NetworkPolicy,
@@ -79,31 +104,98 @@ pub const URL_CHECKS_KEPT: usize = 4096;
 /// A webhook URL found allowed, and when.
 #[derive(Debug)]
 struct Checked {
-    url: Url,
+    url: WebhookUrl,
     at: jiff::Timestamp,
+}
+
+/// A webhook URL as its requests name it: without its user and password, which go in an
+/// `Authorization: Basic` header, and without its fragment. Cheap to clone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookUrl {
+    uri: Uri,
+    authorization: Option<HeaderValue>,
+}
+
+impl WebhookUrl {
+    /// `url`'s request target; `bad URL: …` when HTTP cannot name it.
+    fn new(mut url: Url) -> Result<Self, String> {
+        let authorization = credentials(&mut url);
+        let uri = url
+            .as_str()
+            .parse::<Uri>()
+            .map_err(|e| format!("bad URL: {e}"))?;
+        Ok(Self { uri, authorization })
+    }
+
+    /// The URL the request goes to.
+    pub fn uri(&self) -> &Uri {
+        &self.uri
+    }
+}
+
+/// Takes `url`'s user and password out of it, into the `Authorization: Basic` value that carries
+/// them (marked sensitive, so it is never logged); `None` when it has neither.
+fn credentials(url: &mut Url) -> Option<HeaderValue> {
+    use base64::Engine as _;
+    if url.username().is_empty() && url.password().is_none() {
+        return None;
+    }
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(s)
+            .decode_utf8_lossy()
+            .into_owned()
+    };
+    let user = decode(url.username());
+    let password = url.password().map(decode).unwrap_or_default();
+    // Neither can fail on a URL with an authority, which every http(s) URL has.
+    let _ = url.set_username("");
+    let _ = url.set_password(None);
+    let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    let mut value = HeaderValue::try_from(format!("Basic {encoded}")).ok()?;
+    value.set_sensitive(true);
+    Some(value)
+}
+
+/// What a webhook receiver answered.
+#[derive(Debug)]
+pub struct Answer {
+    /// Its status.
+    pub status: StatusCode,
+    /// The first [`RESPONSE_EXCERPT_BYTES`] of its body (or fewer, when it sent fewer).
+    pub excerpt: Vec<u8>,
 }
 
 impl HttpClient {
     /// The client, with webhook names resolved through `policy`.
     pub fn new(policy: NetworkPolicy, timeouts: Timeouts) -> Result<Self> {
-        let webhooks = settings(timeouts.webhook)
-            .dns_resolver(Arc::new(PolicyResolver {
-                policy: policy.clone(),
-            }))
-            .user_agent(concat!(
-                "commerce-host-webhooks/",
-                env!("CARGO_PKG_VERSION")
-            ))
-            .build();
-        let providers = settings(timeouts.provider).build();
-        let built = |client: reqwest::Result<reqwest::Client>| {
-            client.map_err(|e| {
+        let mut connector = HttpConnector::new_with_resolver(PolicyResolver {
+            policy: policy.clone(),
+        });
+        connector.enforce_http(false);
+        connector.set_nodelay(true);
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
+            .map_err(|e| {
+                Error::Internal(anyhow::Error::new(e).context("the webhook client's TLS settings"))
+            })?
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(connector);
+        let webhooks = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            .build(connector);
+        let providers = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(timeouts.provider)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| {
                 Error::Internal(anyhow::Error::new(e).context("building the outbound HTTP client"))
-            })
-        };
+            })?;
         Ok(Self {
-            webhooks: built(webhooks)?,
-            providers: built(providers)?,
+            webhooks,
+            providers,
             policy,
             timeouts,
             checked: Arc::default(),
@@ -122,8 +214,8 @@ impl HttpClient {
     /// …`, `address not allowed: …`). A URL found allowed is not checked again for
     /// [`URL_CHECK_TTL`] (by the engine's clock; checked again if that went back): a system
     /// resolver's lookup on a blocking thread for each attempt of a fan-out to one receiver
-    /// cost more than the rest of the check, and reqwest's pooled connections need no lookup.
-    pub async fn webhook_url(&self, url: &str, now: jiff::Timestamp) -> Result<Url, String> {
+    /// cost more than the rest of the check, and pooled connections need no lookup.
+    pub async fn webhook_url(&self, url: &str, now: jiff::Timestamp) -> Result<WebhookUrl, String> {
         let fresh = |at: jiff::Timestamp| now >= at && now.duration_since(at) < URL_CHECK_TTL;
         if let Some(checked) = self
             .checked
@@ -142,6 +234,7 @@ impl HttpClient {
             .check(&parsed)
             .await
             .map_err(|refusal| format!("address not allowed: {refusal}"))?;
+        let parsed = WebhookUrl::new(parsed)?;
         let mut checked = self.checked.lock().unwrap_or_else(|e| e.into_inner());
         if checked.len() >= URL_CHECKS_KEPT && !checked.contains_key(url) {
             checked.retain(|_, c| fresh(c.at));
@@ -159,9 +252,47 @@ impl HttpClient {
         Ok(parsed)
     }
 
-    /// A POST to a webhook receiver: names resolve only to addresses the policy allows.
-    pub fn post_webhook(&self, url: Url) -> RequestBuilder {
-        self.webhooks.post(url)
+    /// POSTs `body` with `headers` (and the webhook `User-Agent`) to `url`: names resolve only
+    /// to addresses the policy allows, redirects are answers like any other, and the whole of
+    /// it, the receiver's excerpt read included, has the webhook timeout. The error is the one
+    /// the attempt records: `timed out after … ms`, `connection failed: …` or `request failed:
+    /// …`, with each cause.
+    pub async fn post_webhook(
+        &self,
+        url: &WebhookUrl,
+        mut headers: HeaderMap,
+        body: Bytes,
+    ) -> Result<Answer, String> {
+        headers.insert(USER_AGENT, HeaderValue::from_static(WEBHOOK_USER_AGENT));
+        if let Some(authorization) = &url.authorization {
+            headers.insert(AUTHORIZATION, authorization.clone());
+        }
+        let mut request = Request::new(Full::new(body));
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = url.uri.clone();
+        *request.headers_mut() = headers;
+        let exchange = async {
+            let response = self.webhooks.request(request).await.map_err(describe)?;
+            let status = response.status();
+            let mut body = response.into_body();
+            let mut excerpt = Vec::new();
+            while excerpt.len() < RESPONSE_EXCERPT_BYTES {
+                match body.frame().await {
+                    Some(Ok(frame)) => {
+                        if let Some(data) = frame.data_ref() {
+                            excerpt.extend_from_slice(data);
+                        }
+                    }
+                    Some(Err(_)) | None => break,
+                }
+            }
+            excerpt.truncate(RESPONSE_EXCERPT_BYTES);
+            Ok(Answer { status, excerpt })
+        };
+        let timeout = self.timeouts.webhook;
+        tokio::time::timeout(timeout, exchange)
+            .await
+            .unwrap_or_else(|_| Err(format!("timed out after {} ms", timeout.as_millis())))
     }
 
     /// A POST to one of the merchant's providers.
@@ -170,38 +301,56 @@ impl HttpClient {
     }
 }
 
-/// What every outbound request shares: no proxy, no redirects, a timeout.
-fn settings(timeout: Duration) -> reqwest::ClientBuilder {
-    reqwest::Client::builder()
-        .no_proxy()
-        .timeout(timeout)
-        .redirect(reqwest::redirect::Policy::none())
+/// A failed webhook request as its attempt records it: what failed, then each cause.
+fn describe(e: hyper_util::client::legacy::Error) -> String {
+    let mut text = if e.is_connect() {
+        "connection failed".to_owned()
+    } else {
+        "request failed".to_owned()
+    };
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
 }
 
-/// The HTTP client's resolver: names resolve only to allowed addresses.
+/// The webhook client's resolver: names resolve only to allowed addresses.
 #[derive(Debug, Clone)]
 pub struct PolicyResolver {
     /// The policy applied to every answer.
     pub policy: NetworkPolicy,
 }
 
-impl reqwest::dns::Resolve for PolicyResolver {
-    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+impl tower::Service<Name> for PolicyResolver {
+    type Response = std::vec::IntoIter<SocketAddr>;
+    type Error = Refusal;
+    type Future =
+        Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send + 'static>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, name: Name) -> Self::Future {
         let policy = self.policy.clone();
         Box::pin(async move {
             let host = name.as_str().to_owned();
+            let unresolvable = |reason: String| Refusal::Unresolvable {
+                host: host.clone(),
+                reason,
+            };
             let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
-                .await?
+                .await
+                .map_err(|e| unresolvable(e.to_string()))?
                 .filter(|a| policy.refuses(a.ip()).is_none())
                 .collect();
             if addrs.is_empty() {
-                let refusal = Refusal::Unresolvable {
-                    host,
-                    reason: "no allowed address".to_owned(),
-                };
-                return Err(Box::new(refusal) as Box<dyn std::error::Error + Send + Sync>);
+                return Err(unresolvable("no allowed address".to_owned()));
             }
-            Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
+            Ok(addrs.into_iter())
         })
     }
 }
@@ -237,7 +386,7 @@ mod tests {
         let ttl = URL_CHECK_TTL;
         let ms = jiff::SignedDuration::from_millis(1);
         let found = http.webhook_url(url, start).await.expect("allowed");
-        assert_eq!(found.as_str(), url);
+        assert_eq!(found.uri().to_string(), url);
         assert_eq!(checks(), 1);
         // Within the TTL: the check made is reused.
         let reused = http
@@ -305,5 +454,109 @@ mod tests {
             http.webhook_url(&url, later).await.expect("allowed");
         }
         assert!(kept() <= URL_CHECKS_KEPT, "{}", kept());
+    }
+
+    /// A receiver on 127.0.0.1 that reads one request whole (head and `Content-Length` body),
+    /// or with `whole` false only what comes first, hands it over, and answers `answer` as it is.
+    async fn receiver(
+        answer: Vec<u8>,
+        whole: bool,
+    ) -> (String, tokio::sync::oneshot::Receiver<String>) {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let base = format!("127.0.0.1:{}", listener.local_addr().expect("addr").port());
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.expect("accept");
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            loop {
+                let n = socket.read(&mut buf).await.expect("read");
+                got.extend_from_slice(&buf[..n]);
+                if !whole {
+                    break;
+                }
+                let text = String::from_utf8_lossy(&got).into_owned();
+                if let Some(end) = text.find("\r\n\r\n") {
+                    let length = text[..end]
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length: "))
+                        .map_or(0, |n| n.parse::<usize>().expect("length"));
+                    if got.len() >= end + 4 + length {
+                        break;
+                    }
+                }
+                if n == 0 {
+                    break;
+                }
+            }
+            socket.write_all(&answer).await.expect("answer");
+            let _ = tx.send(String::from_utf8_lossy(&got).into_owned());
+        });
+        (base, rx)
+    }
+
+    #[tokio::test]
+    async fn a_webhook_request_carries_its_headers_body_and_the_urls_credentials_and_its_answer_is_cut_to_the_excerpt()
+     {
+        let http = client(&["127.0.0.0/8"]);
+        let long = "y".repeat(RESPONSE_EXCERPT_BYTES + 500);
+        let answer = format!(
+            "HTTP/1.1 302 Found\r\nlocation: http://10.0.0.1/\r\ncontent-length: {}\r\n\r\n{long}",
+            long.len()
+        );
+        let (base, got) = receiver(answer.into_bytes(), true).await;
+        let url = format!("http://us%20er:p%40ss@{base}/hook?x=1#fragment");
+        let start = at("2026-11-28T12:00:00Z");
+        let target = http.webhook_url(&url, start).await.expect("allowed");
+        assert_eq!(target.uri().to_string(), format!("http://{base}/hook?x=1"));
+        let mut headers = HeaderMap::new();
+        headers.insert("x-service-event-id", HeaderValue::from_static("evt_1"));
+        let answer = http
+            .post_webhook(&target, headers, Bytes::from_static(b"{\"a\":1}"))
+            .await
+            .expect("answered");
+        // A redirect is an answer like any other: not followed.
+        assert_eq!(answer.status, StatusCode::FOUND);
+        assert_eq!(answer.excerpt, long.as_bytes()[..RESPONSE_EXCERPT_BYTES]);
+        let request = got.await.expect("a request");
+        let (head, body) = request.split_once("\r\n\r\n").expect("a head");
+        let mut lines = head.lines();
+        assert_eq!(lines.next(), Some("POST /hook?x=1 HTTP/1.1"));
+        let headers: Vec<&str> = lines.collect();
+        // "us er:p@ss", percent-decoded as reqwest decodes it.
+        for expected in [
+            "x-service-event-id: evt_1",
+            "authorization: Basic dXMgZXI6cEBzcw==",
+            &format!("user-agent: {WEBHOOK_USER_AGENT}"),
+            &format!("host: {base}"),
+            "content-length: 7",
+        ] {
+            assert!(headers.contains(&expected), "{expected} in {headers:?}");
+        }
+        assert_eq!(body, "{\"a\":1}");
+    }
+
+    #[tokio::test]
+    async fn an_https_url_is_spoken_to_in_tls_and_a_receiver_that_does_not_speak_it_fails_the_connection()
+     {
+        let http = client(&["127.0.0.0/8"]);
+        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n".to_vec();
+        let (base, got) = receiver(answer, false).await;
+        let start = at("2026-11-28T12:00:00Z");
+        let target = http
+            .webhook_url(&format!("https://{base}/hook"), start)
+            .await
+            .expect("allowed");
+        let error = http
+            .post_webhook(&target, HeaderMap::new(), Bytes::new())
+            .await
+            .expect_err("not TLS");
+        assert!(error.starts_with("connection failed: "), "{error}");
+        // What reached the receiver is a TLS handshake (a record of type 22), not a request.
+        let first = got.await.expect("bytes");
+        assert!(first.starts_with('\u{16}'), "{first:?}");
     }
 }

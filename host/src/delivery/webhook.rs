@@ -1,15 +1,15 @@
 //! Webhook attempts: the signed POST of an event envelope to a subscriber's URL.
 
 use crate::model::delivery::Outcome;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use hmac::{Hmac, Mac};
+use hyper::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
 use jiff::Timestamp;
 use sha2::Sha256;
 
 use super::client::HttpClient;
 use super::recent::RecentEvent;
-use crate::model::delivery::RESPONSE_EXCERPT_BYTES;
 
 /// Unix time in seconds at which the request was signed.
 pub const TIMESTAMP_HEADER: &str = "x-service-timestamp";
@@ -79,64 +79,43 @@ pub async fn send(
     let timestamp = now.as_second();
     let signature = sign(signing.secret.as_bytes(), timestamp, &body);
     let started = Instant::now();
-    let mut request = http.post_webhook(url);
+    let mut headers = HeaderMap::with_capacity(8);
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(TIMESTAMP_HEADER, HeaderValue::from(timestamp));
+    headers.insert(SIGNATURE_HEADER, hex_value(signature));
     if let Some(previous) = signing.previous_secret {
-        request = request.header(
-            PREVIOUS_SIGNATURE_HEADER,
-            sign(previous.as_bytes(), timestamp, &body),
-        );
+        let previous = sign(previous.as_bytes(), timestamp, &body);
+        headers.insert(PREVIOUS_SIGNATURE_HEADER, hex_value(previous));
     }
     if signing.test {
-        request = request.header(TEST_HEADER, "true");
+        headers.insert(TEST_HEADER, HeaderValue::from_static("true"));
     }
-    let result = request
-        .header(reqwest::header::CONTENT_TYPE, "application/json")
-        .header(TIMESTAMP_HEADER, timestamp.to_string())
-        .header(SIGNATURE_HEADER, signature)
-        .header(EVENT_ID_HEADER, event.id.as_str())
-        .header(EVENT_TYPE_HEADER, event.kind().as_str())
-        .body(body)
-        .send()
-        .await;
+    match HeaderValue::from_str(event.id.as_str()) {
+        Ok(id) => headers.insert(EVENT_ID_HEADER, id),
+        Err(e) => return Outcome::unsent(now, format!("the event id as a header: {e}")),
+    };
+    headers.insert(
+        EVENT_TYPE_HEADER,
+        HeaderValue::from_static(event.kind().as_str()),
+    );
     let mut outcome = Outcome::unsent(now, String::new());
-    match result {
-        Ok(mut response) => {
-            let status = response.status();
-            outcome.status_code = Some(status.as_u16());
-            outcome.succeeded = status.is_success();
+    match http.post_webhook(&url, headers, body).await {
+        Ok(answer) => {
+            outcome.status_code = Some(answer.status.as_u16());
+            outcome.succeeded = answer.status.is_success();
             outcome.error = None;
-            let mut excerpt = Vec::new();
-            while excerpt.len() < RESPONSE_EXCERPT_BYTES {
-                match response.chunk().await {
-                    Ok(Some(chunk)) => excerpt.extend_from_slice(&chunk),
-                    Ok(None) | Err(_) => break,
-                }
-            }
-            excerpt.truncate(RESPONSE_EXCERPT_BYTES);
-            outcome.response_body = Some(String::from_utf8_lossy(&excerpt).into_owned());
+            outcome.response_body = Some(String::from_utf8_lossy(&answer.excerpt).into_owned());
         }
-        Err(e) => outcome.error = Some(describe(&e, http.timeouts().webhook)),
+        Err(error) => outcome.error = Some(error),
     }
     outcome.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     outcome
 }
 
-fn describe(e: &reqwest::Error, timeout: Duration) -> String {
-    if e.is_timeout() {
-        return format!("timed out after {} ms", timeout.as_millis());
-    }
-    let mut text = if e.is_connect() {
-        "connection failed".to_owned()
-    } else {
-        "request failed".to_owned()
-    };
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
+/// A signature (64 hex digits) as a header value.
+fn hex_value(digits: String) -> HeaderValue {
+    // Hex digits are always a valid header value.
+    HeaderValue::try_from(digits).unwrap_or_else(|_| unreachable!("hex digits are visible ASCII"))
 }
 
 #[cfg(test)]
