@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
-use hyper::header::{AUTHORIZATION, HeaderMap, HeaderValue, USER_AGENT};
+use hyper::header::{AUTHORIZATION, HOST, HeaderMap, HeaderValue, USER_AGENT};
 use hyper::{Method, Request, StatusCode, Uri};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -109,10 +109,12 @@ struct Checked {
 }
 
 /// A webhook URL as its requests name it: without its user and password, which go in an
-/// `Authorization: Basic` header, and without its fragment. Cheap to clone.
+/// `Authorization: Basic` header, and without its fragment; with its `Host` header made once.
+/// Cheap to clone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WebhookUrl {
     uri: Uri,
+    host: HeaderValue,
     authorization: Option<HeaderValue>,
 }
 
@@ -124,7 +126,23 @@ impl WebhookUrl {
             .as_str()
             .parse::<Uri>()
             .map_err(|e| format!("bad URL: {e}"))?;
-        Ok(Self { uri, authorization })
+        // As hyper writes it: the port only when it is not the scheme's.
+        let default_port = if uri.scheme() == Some(&hyper::http::uri::Scheme::HTTPS) {
+            443
+        } else {
+            80
+        };
+        let name = uri.host().unwrap_or_default();
+        let host = match uri.port_u16().filter(|p| *p != default_port) {
+            Some(port) => HeaderValue::try_from(format!("{name}:{port}")),
+            None => HeaderValue::try_from(name),
+        }
+        .map_err(|e| format!("bad URL: {e}"))?;
+        Ok(Self {
+            uri,
+            host,
+            authorization,
+        })
     }
 
     /// The URL the request goes to.
@@ -264,6 +282,7 @@ impl HttpClient {
         body: Bytes,
     ) -> Result<Answer, String> {
         headers.insert(USER_AGENT, HeaderValue::from_static(WEBHOOK_USER_AGENT));
+        headers.insert(HOST, url.host.clone());
         if let Some(authorization) = &url.authorization {
             headers.insert(AUTHORIZATION, authorization.clone());
         }
@@ -508,6 +527,16 @@ mod tests {
             long.len()
         );
         let (base, got) = receiver(answer.into_bytes(), true).await;
+        for (url, host) in [
+            ("http://example.com:80/a", "example.com"),
+            ("https://example.com:443/a", "example.com"),
+            ("https://example.com:80/a", "example.com:80"),
+            ("http://[::1]:8080/a", "[::1]:8080"),
+        ] {
+            let parsed = WebhookUrl::new(Url::parse(url).expect("a URL")).expect("named");
+            assert_eq!(parsed.host, host, "{url}");
+            assert_eq!(parsed.authorization, None, "{url}");
+        }
         let url = format!("http://us%20er:p%40ss@{base}/hook?x=1#fragment");
         let start = at("2026-11-28T12:00:00Z");
         let target = http.webhook_url(&url, start).await.expect("allowed");

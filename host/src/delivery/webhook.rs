@@ -79,7 +79,7 @@ pub async fn send(
     let timestamp = now.as_second();
     let signature = sign(signing.secret.as_bytes(), timestamp, &body);
     let started = Instant::now();
-    let mut headers = HeaderMap::with_capacity(8);
+    let mut headers = HeaderMap::with_capacity(12);
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     headers.insert(TIMESTAMP_HEADER, HeaderValue::from(timestamp));
     headers.insert(SIGNATURE_HEADER, hex_value(signature));
