@@ -117,6 +117,9 @@ struct Given {
     delivery: Arc<Delivery>,
     /// Whether it is written (pending), or being written.
     written: bool,
+    /// Whether the record of its first attempt is the one writing it
+    /// ([`First::written_by_record`]): not written until that commits.
+    by_record: bool,
     /// Whether its event was fanned out alone ([`Handed::alone`]): the last of the event's
     /// first attempts' records removes the outbox entry (see [`First::alongside`]); another
     /// entry is removed by the fan-out's next transaction.
@@ -178,6 +181,27 @@ impl First {
         }
     }
 
+    /// Marks the delivery handed over as `key` as written by the record of its first attempt,
+    /// when it is neither written (pending) nor being written: from then on nothing else writes
+    /// it ([`First::write_pending`] passes it over), so that record writes it as made without
+    /// reading it first ([`Stored::Never`](crate::service::deliveries::queue::Stored)). Returns
+    /// whether it marked it. Should that record fail, [`First::settle`] takes the delivery as
+    /// not written.
+    pub fn written_by_record(&self, key: &str) -> bool {
+        if !self.enabled {
+            return false;
+        }
+        let mut state = self.state();
+        match state.given.get_mut(key) {
+            Some(given) if !given.written => {
+                given.written = true;
+                given.by_record = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Takes the deliveries of the outbox entry `outbox` that the fan-out handed over, with its
     /// event's expiry record if the fan-out left it to be written with them.
     pub fn give(&self, outbox: &str, handed: Handed) {
@@ -209,6 +233,7 @@ impl First {
                 outbox: outbox.to_owned(),
                 delivery: Arc::new(delivery),
                 written: false,
+                by_record: false,
                 alone,
                 carries: Carries::default(),
             };
@@ -427,7 +452,7 @@ impl First {
             // Released whole: the fan-out finds the deliveries settled meanwhile made and their
             // attempts recorded; those still in flight are settled in vain. This one is written
             // pending with the others not yet written, first.
-            if !given.written {
+            if !given.written || given.by_record {
                 state.cut_short.push(given.delivery);
             }
             state.releasing.push(outbox);
@@ -550,8 +575,8 @@ mod tests {
     use crate::model::delivery::{DeliveryStatus, Outcome, attempts_prefix};
     use crate::model::event::{OUTBOX_PREFIX, OutboxEntry};
     use crate::service::Service;
-    use crate::service::deliveries::queue::fan_out;
     use crate::service::deliveries::queue::tests::{paid, publish_paid_hooks, with_hooked_plugin};
+    use crate::service::deliveries::queue::{Stored, fan_out};
     use crate::storage::queue::due;
 
     /// A store whose plugin has three webhooks taking `order.paid`, with its install fanned
@@ -617,8 +642,19 @@ mod tests {
             .collect()
     }
 
-    /// Records the first attempt of the delivery handed over to `first` as `key`, succeeded.
+    /// Records the first attempt of the delivery handed over to `first` as `key`, succeeded, as
+    /// the engine does: written unread when [`First::written_by_record`] marks it.
     fn record_ok(service: &Service, first: &First, key: &str) {
+        let stored = if first.written_by_record(key) {
+            Stored::Never
+        } else {
+            Stored::Maybe
+        };
+        record_ok_as(service, first, key, stored);
+    }
+
+    /// [`record_ok`], its delivery read first or not as `stored` says.
+    fn record_ok_as(service: &Service, first: &First, key: &str, stored: Stored) {
         let mut outcome = Outcome::unsent(service.now(), String::new());
         outcome.succeeded = true;
         outcome.status_code = Some(200);
@@ -626,7 +662,7 @@ mod tests {
         let entry = made.due_entry();
         service
             .record_attempts(
-                &[((key, Some(&*made)), &entry, &outcome)],
+                &[((key, Some(&*made)), stored, &entry, &outcome)],
                 &first.alongside(key),
             )
             .expect("record");
@@ -726,6 +762,70 @@ mod tests {
             .expect("written");
         assert_eq!(d.status, DeliveryStatus::Succeeded);
         assert_eq!(d.attempts, 1);
+    }
+
+    #[test]
+    fn a_delivery_marked_written_by_its_record_is_not_written_pending_and_its_record_writes_it_unread()
+     {
+        let (service, store, clock, _dir) = store_and_clock_with_three_hooks();
+        let first = First::new(&service.db).expect("first");
+        let fanned_at = service.now();
+        let given = kept_event(&service, &store, &first);
+        let key = &given[0].1;
+        assert!(
+            first.written_by_record(key),
+            "neither written nor being written"
+        );
+        assert!(!first.written_by_record(key), "marked once");
+        assert!(!first.written_by_record("not/handed/over"));
+        // Its record is to write it: writing pending passes it over, the others are written.
+        clock.advance(jiff::SignedDuration::try_from(WRITE_PENDING_AFTER).expect("span"));
+        first
+            .write_pending(&service.db, service.now())
+            .expect("write");
+        let written = deliveries(&service, &store);
+        assert_eq!(written.len(), 2, "the two others");
+        assert!(written.iter().all(|d| d.due_key(fanned_at) != *key));
+        // A delivery written pending can no longer be marked: its record reads it.
+        assert!(!first.written_by_record(&given[1].1));
+        // The record, unread, writes it as made with its attempt.
+        record_ok_as(&service, &first, key, Stored::Never);
+        first.settle(key, true);
+        let written = deliveries(&service, &store);
+        assert_eq!(written.len(), 3);
+        let d = written
+            .iter()
+            .find(|d| d.due_key(fanned_at) == *key)
+            .expect("written by its record");
+        assert_eq!(d.status, DeliveryStatus::Succeeded);
+        assert_eq!((d.attempts, d.attempt_ids.len()), (1, 1));
+    }
+
+    #[test]
+    fn a_delivery_marked_written_by_a_record_that_failed_is_written_pending_when_its_entry_is_released()
+     {
+        let (service, store, _clock, _dir) = store_and_clock_with_three_hooks();
+        let first = First::new(&service.db).expect("first");
+        let fanned_at = service.now();
+        let given = kept_event(&service, &store, &first);
+        let key = &given[0].1;
+        assert!(first.written_by_record(key));
+        first.settle(key, false); // Its record failed: not written.
+        first
+            .write_pending(&service.db, service.now())
+            .expect("write");
+        let written = deliveries(&service, &store);
+        assert_eq!(
+            written.len(),
+            3,
+            "all three written pending, the failed one first"
+        );
+        let d = written
+            .iter()
+            .find(|d| d.due_key(fanned_at) == *key)
+            .expect("written pending");
+        assert_eq!((d.status, d.attempts), (DeliveryStatus::Pending, 0));
+        assert_queued_again(&service, &store, &first);
     }
 
     #[test]

@@ -174,6 +174,9 @@ struct Pending {
     /// A first attempt from memory (see [`first`]): the delivery as made (its queue entry was
     /// never written, and the delivery perhaps not either).
     made: Option<Arc<crate::model::delivery::Delivery>>,
+    /// Whether its delivery may be stored (else the record writes it without reading it, see
+    /// [`first::First::written_by_record`]).
+    stored: queue::Stored,
     /// What its record's transaction writes besides (see [`first::First::alongside`]).
     alongside: queue::Alongside,
     entry: DueEntry,
@@ -243,11 +246,12 @@ async fn record_attempts(
     let mut batch = Vec::with_capacity(RECORD_BATCH);
     while pending.recv_many(&mut batch, RECORD_BATCH).await > 0 {
         linger(&fair, &mut pending, &mut batch).await;
-        let items: Vec<(queue::Made<'_>, &DueEntry, &Outcome)> = batch
+        let items: Vec<(queue::Made<'_>, queue::Stored, &DueEntry, &Outcome)> = batch
             .iter()
             .map(|p| {
                 (
                     (p.due_key.as_str(), p.made.as_deref()),
+                    p.stored,
                     &p.entry,
                     &p.outcome,
                 )
@@ -270,6 +274,7 @@ async fn record_attempts(
                     let one = off_workers(&service, || {
                         let item = (
                             (p.due_key.as_str(), p.made.as_deref()),
+                            p.stored,
                             &p.entry,
                             &p.outcome,
                         );
@@ -1500,9 +1505,14 @@ impl Shared {
             Attempting::Made(_, true) => self.first.alongside(due_key),
             _ => queue::Alongside::default(),
         };
+        let stored = match attempting {
+            Attempting::Made(..) if self.first.written_by_record(due_key) => queue::Stored::Never,
+            _ => queue::Stored::Maybe,
+        };
         let pending = Pending {
             due_key: due_key.to_owned(),
             made: attempting.made(),
+            stored,
             alongside,
             entry: entry.clone(),
             outcome,
@@ -1599,6 +1609,7 @@ mod tests {
         Pending {
             due_key: "due".into(),
             made: None,
+            stored: queue::Stored::Maybe,
             entry: DueEntry {
                 store_id: StoreId::generate(now),
                 target: TargetRef::Webhook(WebhookId::generate(now)),

@@ -916,8 +916,11 @@ impl Service {
         entry: &DueEntry,
         outcome: &Outcome,
     ) -> Result<Option<Paused>> {
-        self.record_attempts(&[((due_key, None), entry, outcome)], &Alongside::default())
-            .map(|mut paused| paused.pop().flatten())
+        self.record_attempts(
+            &[((due_key, None), Stored::Maybe, entry, outcome)],
+            &Alongside::default(),
+        )
+        .map(|mut paused| paused.pop().flatten())
     }
 }
 
@@ -933,7 +936,7 @@ impl Service {
     /// outbox entries they settle whole).
     pub fn record_attempts(
         &self,
-        batch: &[(Made<'_>, &DueEntry, &Outcome)],
+        batch: &[(Made<'_>, Stored, &DueEntry, &Outcome)],
         alongside: &Alongside,
     ) -> Result<Vec<Option<Paused>>> {
         let now = self.now();
@@ -942,13 +945,14 @@ impl Service {
             tx.prefetch(
                 batch
                     .iter()
-                    .map(|(_, e, _)| delivery_key(&e.store_id, &e.target, &e.event_id)),
+                    .filter(|(_, stored, _, _)| *stored == Stored::Maybe)
+                    .map(|(_, _, e, _)| delivery_key(&e.store_id, &e.target, &e.event_id)),
             )?;
             alongside.write(tx)?;
             batch
                 .iter()
-                .map(|(due, entry, outcome)| {
-                    record_attempt_of(tx, *due, entry, outcome, now, route)
+                .map(|(due, stored, entry, outcome)| {
+                    record_attempt_of(tx, *due, *stored, entry, outcome, now, route)
                 })
                 .collect()
         })
@@ -958,6 +962,19 @@ impl Service {
 /// An attempt's queue entry key, with the delivery as made for a first attempt made from memory
 /// (see [`FirstAttempts`]; `None`: a queued one).
 pub type Made<'a> = (&'a str, Option<&'a Delivery>);
+
+/// Whether the record of an attempt reads its delivery's stored record first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stored {
+    /// It may be stored: read it, and move on what is stored (a queued attempt's, or one made
+    /// from memory and written pending meanwhile).
+    Maybe,
+    /// A first attempt made from memory whose delivery was never written, and which nothing
+    /// else writes until this record does (see `First::written_by_record` in the engine): the
+    /// record writes the delivery as made without reading it (a read that finds nothing costs
+    /// a lookup in each of the store's levels).
+    Never,
+}
 
 /// Records an attempt and moves the delivery on: done on success; otherwise the next retry of
 /// the schedule, counted from now; after the last retry, failed, and the target paused, with the
@@ -972,15 +989,25 @@ pub fn record_attempt(
     now: Timestamp,
     route: MailRoute,
 ) -> Result<Option<Paused>> {
-    record_attempt_of(tx, (due_key, None), entry, outcome, now, route)
+    record_attempt_of(
+        tx,
+        (due_key, None),
+        Stored::Maybe,
+        entry,
+        outcome,
+        now,
+        route,
+    )
 }
 
 /// [`record_attempt`] of an attempt whose queue entry is `due_key`, or would be: a first attempt
 /// made from memory (see [`FirstAttempts`]) comes with its delivery as it was made (`made`), its
-/// queue entry never written, and the delivery perhaps not either.
+/// queue entry never written, and the delivery perhaps not either (read first unless `stored`
+/// says it never was).
 fn record_attempt_of(
     tx: &mut Tx<'_>,
     (due_key, made): Made<'_>,
+    stored: Stored,
     entry: &DueEntry,
     outcome: &Outcome,
     now: Timestamp,
@@ -988,7 +1015,10 @@ fn record_attempt_of(
 ) -> Result<Option<Paused>> {
     let key = delivery_key(&entry.store_id, &entry.target, &entry.event_id);
     let queued = made.is_none();
-    let stored = tx.read::<Delivery>(&key)?;
+    let stored = match stored {
+        Stored::Never if made.is_some() => None,
+        _ => tx.read::<Delivery>(&key)?,
+    };
     let Some(mut d) = stored.or_else(|| made.filter(|d| !expired(d, now)).cloned()) else {
         // Purged meanwhile (or, made from memory, its event expired since: not written).
         if queued {
@@ -1856,7 +1886,10 @@ pub(crate) mod tests {
         // second is recorded in the log but no longer current.
         let paused = service
             .record_attempts(
-                &[((&key, None), &entry, &ok), ((&key, None), &entry, &failed)],
+                &[
+                    ((&key, None), Stored::Maybe, &entry, &ok),
+                    ((&key, None), Stored::Maybe, &entry, &failed),
+                ],
                 &Alongside::default(),
             )
             .expect("record");
