@@ -74,14 +74,14 @@ struct Listing {
 struct State {
     /// Each kept outbox entry.
     held: HashMap<String, Held>,
-    /// Each delivery handed over, by the key its queue entry would have.
-    given: HashMap<String, Given>,
+    /// Each delivery handed over, by the key its queue entry would have (shared with `waiting`).
+    given: HashMap<Arc<str>, Given>,
     /// The deliveries handed over, in the order they were (the due ms in their keys, and the
     /// keys): each still given once it has waited [`WRITE_PENDING_AFTER`] is written pending.
-    waiting: VecDeque<(u64, String)>,
+    waiting: VecDeque<(u64, Arc<str>)>,
     /// Held entries an error cut short: their deliveries not yet written are written pending
     /// ([`First::write_pending`]), and then they are released.
-    releasing: Vec<String>,
+    releasing: Vec<Arc<str>>,
     /// Deliveries an error cut short, not yet written: written pending with their entry's
     /// others (see `releasing`).
     cut_short: Vec<Arc<Delivery>>,
@@ -111,8 +111,8 @@ struct Held {
 /// A delivery handed over.
 #[derive(Debug)]
 struct Given {
-    /// Its event's outbox entry.
-    outbox: String,
+    /// Its event's outbox entry (shared by the entry's deliveries).
+    outbox: Arc<str>,
     /// The delivery as made.
     delivery: Arc<Delivery>,
     /// Whether it is written (pending), or being written.
@@ -221,6 +221,7 @@ impl First {
         };
         state.held.insert(outbox.to_owned(), held);
         state.released.remove(outbox);
+        let outbox: Arc<str> = Arc::from(outbox);
         for (key, delivery) in deliveries {
             let lane = match delivery.target {
                 TargetRef::Webhook(_) => WorkKind::Webhook,
@@ -230,15 +231,16 @@ impl First {
             let due = due_ms_of(&key).unwrap_or(0);
             self.signal.hold(due);
             let given = Given {
-                outbox: outbox.to_owned(),
+                outbox: outbox.clone(),
                 delivery: Arc::new(delivery),
                 written: false,
                 by_record: false,
                 alone,
                 carries: Carries::default(),
             };
-            state.given.insert(key.clone(), given);
-            state.waiting.push_back((due, key.clone()));
+            let shared: Arc<str> = Arc::from(key.as_str());
+            state.given.insert(shared.clone(), given);
+            state.waiting.push_back((due, shared));
             state.inbox.push((lane, key, work));
         }
         if state.waiting.len() > 4 * self.max_given.max(1) {
@@ -270,7 +272,7 @@ impl First {
                 if *due > until {
                     break;
                 }
-                if let Some(given) = given.get_mut(key).filter(|g| !g.written) {
+                if let Some(given) = given.get_mut(&**key).filter(|g| !g.written) {
                     given.written = true;
                     writing.push((key.clone(), given.delivery.clone()));
                 }
@@ -285,13 +287,13 @@ impl First {
                 }
             }
             // The expiry records not yet written of the entries whose deliveries are written.
-            let mut expiries_of: HashSet<String> = HashSet::default();
+            let mut expiries_of: HashSet<Arc<str>> = HashSet::default();
             let mut alongside = Alongside::default();
             let outboxes = writing.iter().filter_map(|(key, _)| given.get(key));
             for outbox in outboxes.map(|g| &g.outbox).chain(releasing.iter()) {
                 // Not one that a first attempt's record carries: that writes it, or fails and
                 // releases its entry, whose next fan-out writes it.
-                let entry = held.get(outbox).filter(|h| !h.expiry_carried);
+                let entry = held.get(&**outbox).filter(|h| !h.expiry_carried);
                 if let Some(expiry) = entry.and_then(|h| h.expiry.clone())
                     && expiries_of.insert(outbox.clone())
                 {
@@ -329,15 +331,15 @@ impl First {
         if !expiries_of.is_empty() {
             let mut state = self.state();
             for outbox in &expiries_of {
-                if let Some(held) = state.held.get_mut(outbox) {
+                if let Some(held) = state.held.get_mut(&**outbox) {
                     held.expiry = None; // Written.
                 }
             }
         }
         for outbox in releasing {
             let mut state = self.state();
-            state.held.remove(&outbox);
-            state.released.insert(outbox.clone());
+            state.held.remove(&*outbox);
+            state.released.insert(outbox.to_string());
             drop(state);
             self.list_from(&outbox);
         }
@@ -405,7 +407,7 @@ impl First {
         let Some(given) = given.get_mut(key) else {
             return alongside;
         };
-        let Some(entry) = held.get_mut(&given.outbox) else {
+        let Some(entry) = held.get_mut(&*given.outbox) else {
             return alongside;
         };
         if releasing.contains(&given.outbox) {
@@ -417,7 +419,7 @@ impl First {
             given.carries.expiry = true;
         }
         if given.alone && entry.left == 1 {
-            alongside.outbox.push(given.outbox.clone());
+            alongside.outbox.push(given.outbox.to_string());
             given.carries.outbox = true;
         }
         alongside
@@ -441,11 +443,11 @@ impl First {
         let outbox = given.outbox;
         if !ok
             && given.carries.expiry
-            && let Some(held) = state.held.get_mut(&outbox)
+            && let Some(held) = state.held.get_mut(&*outbox)
         {
             held.expiry_carried = false; // Not known written: as any other record takes it.
         }
-        if !state.held.contains_key(&outbox) || state.releasing.contains(&outbox) {
+        if !state.held.contains_key(&*outbox) || state.releasing.contains(&outbox) {
             return; // Released meanwhile, or being released.
         }
         if !ok {
@@ -458,7 +460,7 @@ impl First {
             state.releasing.push(outbox);
             return;
         }
-        let Some(held) = state.held.get_mut(&outbox) else {
+        let Some(held) = state.held.get_mut(&*outbox) else {
             return;
         };
         if given.carries.expiry {
@@ -467,9 +469,9 @@ impl First {
         held.left = held.left.saturating_sub(1);
         if held.left == 0 {
             if given.carries.outbox {
-                state.held.remove(&outbox); // Removed with the attempt.
+                state.held.remove(&*outbox); // Removed with the attempt.
             } else {
-                state.done.push(outbox);
+                state.done.push(outbox.to_string());
             }
         }
     }
