@@ -25,6 +25,19 @@ pub const EVENT_ID_HEADER: &str = "x-service-event-id";
 /// The event type (`order.paid`), so a receiver can route before parsing.
 pub const EVENT_TYPE_HEADER: &str = "x-service-event-type";
 
+/// The headers' names, made once (a name given as a string is checked at every insert).
+mod names {
+    use hyper::header::HeaderName;
+
+    pub const TIMESTAMP: HeaderName = HeaderName::from_static(super::TIMESTAMP_HEADER);
+    pub const SIGNATURE: HeaderName = HeaderName::from_static(super::SIGNATURE_HEADER);
+    pub const PREVIOUS_SIGNATURE: HeaderName =
+        HeaderName::from_static(super::PREVIOUS_SIGNATURE_HEADER);
+    pub const TEST: HeaderName = HeaderName::from_static(super::TEST_HEADER);
+    pub const EVENT_ID: HeaderName = HeaderName::from_static(super::EVENT_ID_HEADER);
+    pub const EVENT_TYPE: HeaderName = HeaderName::from_static(super::EVENT_TYPE_HEADER);
+}
+
 /// The signature of a delivery: lowercase hex HMAC-SHA256 keyed with `secret` over
 /// `<timestamp>.<body>`.
 pub fn sign(secret: &[u8], timestamp: i64, body: &[u8]) -> String {
@@ -81,21 +94,21 @@ pub async fn send(
     let started = Instant::now();
     let mut headers = HeaderMap::with_capacity(12);
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    headers.insert(TIMESTAMP_HEADER, HeaderValue::from(timestamp));
-    headers.insert(SIGNATURE_HEADER, hex_value(signature));
+    headers.insert(names::TIMESTAMP, HeaderValue::from(timestamp));
+    headers.insert(names::SIGNATURE, hex_value(signature));
     if let Some(previous) = signing.previous_secret {
         let previous = sign(previous.as_bytes(), timestamp, &body);
-        headers.insert(PREVIOUS_SIGNATURE_HEADER, hex_value(previous));
+        headers.insert(names::PREVIOUS_SIGNATURE, hex_value(previous));
     }
     if signing.test {
-        headers.insert(TEST_HEADER, HeaderValue::from_static("true"));
+        headers.insert(names::TEST, HeaderValue::from_static("true"));
     }
     match HeaderValue::from_str(event.id.as_str()) {
-        Ok(id) => headers.insert(EVENT_ID_HEADER, id),
+        Ok(id) => headers.insert(names::EVENT_ID, id),
         Err(e) => return Outcome::unsent(now, format!("the event id as a header: {e}")),
     };
     headers.insert(
-        EVENT_TYPE_HEADER,
+        names::EVENT_TYPE,
         HeaderValue::from_static(event.kind().as_str()),
     );
     let mut outcome = Outcome::unsent(now, String::new());
