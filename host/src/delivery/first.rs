@@ -115,11 +115,8 @@ struct Given {
     outbox: Arc<str>,
     /// The delivery as made.
     delivery: Arc<Delivery>,
-    /// Whether it is written (pending), or being written.
-    written: bool,
-    /// Whether the record of its first attempt is the one writing it
-    /// ([`First::written_by_record`]): not written until that commits.
-    by_record: bool,
+    /// Who writes it, if anyone yet.
+    written: Written,
     /// Whether its event was fanned out alone ([`Handed::alone`]): the last of the event's
     /// first attempts' records removes the outbox entry (see [`First::alongside`]); another
     /// entry is removed by the fan-out's next transaction.
@@ -127,6 +124,18 @@ struct Given {
     /// What the transaction recording its first attempt writes besides (see
     /// [`First::alongside`]): its event's expiry record, and the removal of its outbox entry.
     carries: Carries,
+}
+
+/// Who writes a delivery handed over (see [`Given::written`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Written {
+    /// No one yet.
+    No,
+    /// Written pending, or being written so ([`First::write_pending`]).
+    Pending,
+    /// The record of its first attempt ([`First::written_by_record`]): not written until that
+    /// commits.
+    ByRecord,
 }
 
 /// See [`Given::carries`].
@@ -193,9 +202,8 @@ impl First {
         }
         let mut state = self.state();
         match state.given.get_mut(key) {
-            Some(given) if !given.written => {
-                given.written = true;
-                given.by_record = true;
+            Some(given) if given.written == Written::No => {
+                given.written = Written::ByRecord;
                 true
             }
             _ => false,
@@ -233,8 +241,7 @@ impl First {
             let given = Given {
                 outbox: outbox.clone(),
                 delivery: Arc::new(delivery),
-                written: false,
-                by_record: false,
+                written: Written::No,
                 alone,
                 carries: Carries::default(),
             };
@@ -272,16 +279,16 @@ impl First {
                 if *due > until {
                     break;
                 }
-                if let Some(given) = given.get_mut(&**key).filter(|g| !g.written) {
-                    given.written = true;
+                if let Some(given) = given.get_mut(&**key).filter(|g| g.written == Written::No) {
+                    given.written = Written::Pending;
                     writing.push((key.clone(), given.delivery.clone()));
                 }
                 waiting.pop_front();
             }
             if !releasing.is_empty() {
                 for (key, given) in given.iter_mut() {
-                    if !given.written && releasing.contains(&given.outbox) {
-                        given.written = true;
+                    if given.written == Written::No && releasing.contains(&given.outbox) {
+                        given.written = Written::Pending;
                         writing.push((key.clone(), given.delivery.clone()));
                     }
                 }
@@ -320,7 +327,7 @@ impl First {
             let mut state = self.state();
             for (key, _) in writing.into_iter().rev() {
                 if let Some(given) = state.given.get_mut(&key) {
-                    given.written = false;
+                    given.written = Written::No;
                     state.waiting.push_front((0, key));
                 }
             }
@@ -454,7 +461,7 @@ impl First {
             // Released whole: the fan-out finds the deliveries settled meanwhile made and their
             // attempts recorded; those still in flight are settled in vain. This one is written
             // pending with the others not yet written, first.
-            if !given.written || given.by_record {
+            if given.written != Written::Pending {
                 state.cut_short.push(given.delivery);
             }
             state.releasing.push(outbox);
