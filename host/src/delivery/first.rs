@@ -28,7 +28,9 @@ use crate::model::delivery::{Delivery, TargetRef, millis};
 use crate::model::error::Result;
 use crate::model::event::OUTBOX_KEPT_MARK;
 use crate::model::work::{Work, WorkKind, due_ms_of};
-use crate::service::deliveries::queue::{self, Alongside, FirstAttempts, Handed, PendingExpiry};
+use crate::service::deliveries::queue::{
+    self, Alongside, FirstAttempts, Handed, PendingExpiry, Stored,
+};
 use crate::storage::queue::Signal;
 use crate::storage::{Db, just_before};
 
@@ -193,20 +195,20 @@ impl First {
     /// Marks the delivery handed over as `key` as written by the record of its first attempt,
     /// when it is neither written (pending) nor being written: from then on nothing else writes
     /// it ([`First::write_pending`] passes it over), so that record writes it as made without
-    /// reading it first ([`Stored::Never`](crate::service::deliveries::queue::Stored)). Returns
-    /// whether it marked it. Should that record fail, [`First::settle`] takes the delivery as
-    /// not written.
-    pub fn written_by_record(&self, key: &str) -> bool {
+    /// reading it first: returns [`Stored::Never`] when it marked it, else [`Stored::Maybe`] (the
+    /// record reads it). Should that record fail, [`First::settle`] takes the delivery as not
+    /// written.
+    pub fn written_by_record(&self, key: &str) -> Stored {
         if !self.enabled {
-            return false;
+            return Stored::Maybe;
         }
         let mut state = self.state();
         match state.given.get_mut(key) {
             Some(given) if given.written == Written::No => {
                 given.written = Written::ByRecord;
-                true
+                Stored::Never
             }
-            _ => false,
+            _ => Stored::Maybe,
         }
     }
 
@@ -584,8 +586,8 @@ mod tests {
     use crate::model::delivery::{DeliveryStatus, Outcome, attempts_prefix};
     use crate::model::event::{OUTBOX_PREFIX, OutboxEntry};
     use crate::service::Service;
+    use crate::service::deliveries::queue::fan_out;
     use crate::service::deliveries::queue::tests::{paid, publish_paid_hooks, with_hooked_plugin};
-    use crate::service::deliveries::queue::{Stored, fan_out};
     use crate::storage::queue::due;
 
     /// A store whose plugin has three webhooks taking `order.paid`, with its install fanned
@@ -654,12 +656,7 @@ mod tests {
     /// Records the first attempt of the delivery handed over to `first` as `key`, succeeded, as
     /// the engine does: written unread when [`First::written_by_record`] marks it.
     fn record_ok(service: &Service, first: &First, key: &str) {
-        let stored = if first.written_by_record(key) {
-            Stored::Never
-        } else {
-            Stored::Maybe
-        };
-        record_ok_as(service, first, key, stored);
+        record_ok_as(service, first, key, first.written_by_record(key));
     }
 
     /// [`record_ok`], its delivery read first or not as `stored` says.
@@ -782,11 +779,11 @@ mod tests {
         let given = kept_event(&service, &store, &first);
         let key = &given[0].1;
         assert!(
-            first.written_by_record(key),
+            first.written_by_record(key) == Stored::Never,
             "neither written nor being written"
         );
-        assert!(!first.written_by_record(key), "marked once");
-        assert!(!first.written_by_record("not/handed/over"));
+        assert_eq!(first.written_by_record(key), Stored::Maybe, "marked once");
+        assert_eq!(first.written_by_record("not/handed/over"), Stored::Maybe);
         // Its record is to write it: writing pending passes it over, the others are written.
         clock.advance(jiff::SignedDuration::try_from(WRITE_PENDING_AFTER).expect("span"));
         first
@@ -796,7 +793,7 @@ mod tests {
         assert_eq!(written.len(), 2, "the two others");
         assert!(written.iter().all(|d| d.due_key(fanned_at) != *key));
         // A delivery written pending can no longer be marked: its record reads it.
-        assert!(!first.written_by_record(&given[1].1));
+        assert_eq!(first.written_by_record(&given[1].1), Stored::Maybe);
         // The record, unread, writes it as made with its attempt.
         record_ok_as(&service, &first, key, Stored::Never);
         first.settle(key, true);
@@ -818,7 +815,7 @@ mod tests {
         let fanned_at = service.now();
         let given = kept_event(&service, &store, &first);
         let key = &given[0].1;
-        assert!(first.written_by_record(key));
+        assert_eq!(first.written_by_record(key), Stored::Never);
         first.settle(key, false); // Its record failed: not written.
         first
             .write_pending(&service.db, service.now())

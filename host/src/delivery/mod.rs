@@ -1506,8 +1506,8 @@ impl Shared {
             _ => queue::Alongside::default(),
         };
         let stored = match attempting {
-            Attempting::Made(..) if self.first.written_by_record(due_key) => queue::Stored::Never,
-            _ => queue::Stored::Maybe,
+            Attempting::Made(..) => self.first.written_by_record(due_key),
+            Attempting::Claimed(_) => queue::Stored::Maybe,
         };
         let pending = Pending {
             due_key: due_key.to_owned(),
