@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
-use tokio::sync::{Notify, mpsc, oneshot, watch};
+use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinSet;
 use tracing::Instrument as _;
 
@@ -168,8 +168,15 @@ impl Attempting {
     }
 }
 
-/// An attempt waiting to be recorded.
+/// An attempt made, waiting to be recorded with its place (see [`record_attempts`]).
 struct Pending {
+    attempt: Attempted,
+    /// Its queue entry's place: in flight until the attempt is recorded.
+    ticket: fair::Ticket,
+}
+
+/// An attempt made: what its record writes, and what the recorder notes once it is written.
+struct Attempted {
     due_key: String,
     /// A first attempt from memory (see [`first`]): the delivery as made (its queue entry was
     /// never written, and the delivery perhaps not either).
@@ -181,7 +188,9 @@ struct Pending {
     alongside: queue::Alongside,
     entry: DueEntry,
     outcome: Outcome,
-    reply: oneshot::Sender<Result<Option<Paused>>>,
+    /// What it went to, and when it started: counted in the metrics once recorded.
+    kind: TargetKind,
+    wall: std::time::Instant,
 }
 
 /// Runs `f`, which waits for the database, without holding up the async runtime's workers where
@@ -226,6 +235,16 @@ const RECORD_BATCH: usize = 256;
 /// How long the recorder holds a batch open for attempts still running (see [`record_attempts`]).
 const RECORD_LINGER: Duration = Duration::from_millis(2);
 
+/// What the recorder needs besides the attempts: the storage it writes them to, the pools it
+/// lingers on, and what it settles once they are written.
+struct Recorder {
+    service: Service,
+    fair: Arc<Fair>,
+    first: Arc<first::First>,
+    /// The engine's wake when a piece of work finishes (see [`Shared::done`]).
+    done: Arc<Notify>,
+}
+
 /// Records attempts in batches, one transaction each: every attempt that finished while the
 /// previous batch was being written goes into the next, and while other attempts are still
 /// running a batch waits for them a moment ([`RECORD_LINGER`], until all of them are in it), so
@@ -237,54 +256,119 @@ const RECORD_LINGER: Duration = Duration::from_millis(2);
 /// entries waiting for their record are bounded), so the next attempts to a target run while
 /// the last ones are written. (Until the eighth pass a webhook attempt kept its place until it
 /// was recorded: a round per finished request cost more than the wait, see the README.)
-/// Ends when every sender is gone.
-async fn record_attempts(
-    service: Service,
-    fair: Arc<Fair>,
-    mut pending: mpsc::UnboundedReceiver<Pending>,
-) {
+/// Once a batch is written, the recorder finishes its attempts' work: it counts them in the
+/// metrics, settles them ([`first::First::settle`]), ends their entries' flight and wakes the
+/// engine once for the batch. (Until the thirty-fifth pass each attempt's task waited for its
+/// record to do that itself: a channel and a task's wake per delivery, see PERFORMANCE.md.)
+/// Ends when every sender is gone (the engine stopped), once it removed the outbox entries
+/// whose deliveries are all recorded ([`first::First::remove_done`]).
+async fn record_attempts(recorder: Recorder, mut pending: mpsc::UnboundedReceiver<Pending>) {
+    let service = &recorder.service;
     let mut batch = Vec::with_capacity(RECORD_BATCH);
     while pending.recv_many(&mut batch, RECORD_BATCH).await > 0 {
-        linger(&fair, &mut pending, &mut batch).await;
+        linger(&recorder.fair, &mut pending, &mut batch).await;
         let items: Vec<(queue::Made<'_>, queue::Stored, &DueEntry, &Outcome)> = batch
             .iter()
-            .map(|p| {
+            .map(|Pending { attempt: a, .. }| {
                 (
-                    (p.due_key.as_str(), p.made.as_deref()),
-                    p.stored,
-                    &p.entry,
-                    &p.outcome,
+                    (a.due_key.as_str(), a.made.as_deref()),
+                    a.stored,
+                    &a.entry,
+                    &a.outcome,
                 )
             })
             .collect();
         let mut alongside = queue::Alongside::default();
         for p in &batch {
-            alongside.extend(&p.alongside);
+            alongside.extend(&p.attempt.alongside);
         }
-        match off_workers(&service, || service.record_attempts(&items, &alongside)) {
+        match off_workers(service, || service.record_attempts(&items, &alongside)) {
             Ok(paused) => {
-                for (p, paused) in batch.drain(..).zip(paused) {
-                    let _ = p.reply.send(Ok(paused));
+                let mut paused = paused.into_iter();
+                for p in batch.drain(..) {
+                    recorder.recorded(p, Ok(paused.next().flatten()));
                 }
             }
             Err(e) => {
                 // One bad record must not fail the others: record them one by one.
                 tracing::warn!(error = %format!("{e:#}"), "recording a batch of attempts; one by one");
                 for p in batch.drain(..) {
-                    let one = off_workers(&service, || {
+                    let a = &p.attempt;
+                    let one = off_workers(service, || {
                         let item = (
-                            (p.due_key.as_str(), p.made.as_deref()),
-                            p.stored,
-                            &p.entry,
-                            &p.outcome,
+                            (a.due_key.as_str(), a.made.as_deref()),
+                            a.stored,
+                            &a.entry,
+                            &a.outcome,
                         );
-                        let paused = service.record_attempts(&[item], &p.alongside)?;
+                        let paused = service.record_attempts(&[item], &a.alongside)?;
                         Ok(paused.into_iter().next().flatten())
                     });
-                    let _ = p.reply.send(one);
+                    recorder.recorded(p, one);
                 }
             }
         }
+        recorder.done.notify_one();
+    }
+    // The engine stopped, and what it made is recorded: the outbox entries whose deliveries
+    // were all recorded go now. Left, the next start would fan them out again (finding every
+    // delivery made).
+    if let Err(e) = off_workers(service, || recorder.first.remove_done(&service.db)) {
+        tracing::warn!(error = %format!("{e:#}"), "delivery engine: removing outbox entries");
+    }
+}
+
+impl Recorder {
+    /// Finishes the work of an attempt whose record was written (`Ok`, with the pause it
+    /// brought its target, if any) or failed (see [`finish`]); the engine is woken by the caller,
+    /// once for the batch.
+    fn recorded(&self, Pending { attempt, ticket }: Pending, recorded: Result<Option<Paused>>) {
+        if let Ok(paused) = &recorded {
+            let metrics = &self.service.metrics;
+            metrics.delivery_attempt(
+                attempt.kind,
+                attempt.outcome.succeeded,
+                attempt.wall.elapsed(),
+            );
+            if paused.is_some() {
+                // Its notice was queued with the pause; the mail lane sends it.
+                metrics.target_paused(attempt.kind);
+            }
+        }
+        finish(
+            &self.first,
+            &self.done,
+            &attempt.due_key,
+            recorded.map(drop),
+            ticket,
+        );
+    }
+}
+
+/// How long work that failed keeps its place (its entry in flight): so that work failing over
+/// and over does not spin.
+const FAILED_WORK_HELD: Duration = Duration::from_secs(1);
+
+/// Finishes the work at `key` that ran (`ran`): settles it (see [`first::First::settle`]) and
+/// ends its entry's flight (`ticket`). Work that failed is logged and keeps its place for
+/// [`FAILED_WORK_HELD`], then wakes the engine; the engine is woken for work that succeeded by
+/// the caller.
+fn finish(
+    first: &first::First,
+    done: &Arc<Notify>,
+    key: &str,
+    ran: Result<()>,
+    ticket: fair::Ticket,
+) {
+    first.settle(key, ran.is_ok());
+    if let Err(e) = ran {
+        tracing::error!(error = %format!("{e:#}"), due = key, "queued work");
+        let done = done.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(FAILED_WORK_HELD).await;
+            drop(ticket);
+            done.notify_one();
+        });
     }
 }
 
@@ -337,13 +421,13 @@ struct Shared {
     /// Rung by commits that queued work.
     wake: Arc<crate::storage::queue::Signal>,
     /// Rung when a piece of work finishes (its place in the pool is free).
-    done: Notify,
+    done: Arc<Notify>,
     /// Events read for recent attempts and fanned out (see [`Shared::event`]).
     events: recent::Recent,
     /// Where finished attempts go to be recorded (see [`record_attempts`]).
     recorder: mpsc::UnboundedSender<Pending>,
     /// The deliveries the fan-out hands over for their first attempt (see [`first`]).
-    first: first::First,
+    first: Arc<first::First>,
     /// The threads component invocations run on.
     invoker: invoker::Invoker,
 }
@@ -359,7 +443,7 @@ impl Shared {
         recorder: mpsc::UnboundedSender<Pending>,
         invoker: invoker::Invoker,
     ) -> Result<Self> {
-        let first = first::First::new(&service.db)?;
+        let first = Arc::new(first::First::new(&service.db)?);
         Ok(Self {
             http: HttpClient::new(service.network.clone(), timeouts)?,
             mail,
@@ -369,7 +453,7 @@ impl Shared {
             fair,
             last_sweep: Mutex::new(std::time::Instant::now()),
             owners: Mutex::default(),
-            done: Notify::new(),
+            done: Arc::new(Notify::new()),
             events: recent::Recent::default(),
             recorder,
             first,
@@ -393,12 +477,20 @@ impl Engine {
             config.component_concurrency,
             MESSAGE_CONCURRENCY,
         );
-        let recording = tokio::spawn(record_attempts(service.clone(), fair.clone(), pending));
         let mail = HostMail::new(config.smtp_url.as_deref(), &config.mail_from, timeouts.smtp)?;
         let invoker = invoker::Invoker::for_components(config.component_concurrency);
         let shared = Arc::new(Shared::new(
             service, timeouts, mail, plugins, fair, recorder, invoker,
         )?);
+        let recording = tokio::spawn(record_attempts(
+            Recorder {
+                service: shared.service.clone(),
+                fair: shared.fair.clone(),
+                first: shared.first.clone(),
+                done: shared.done.clone(),
+            },
+            pending,
+        ));
         let (stop, stopped) = watch::channel(false);
         let alive = Arc::new(AtomicBool::new(false));
         let guard = AliveGuard::new(alive.clone());
@@ -504,13 +596,8 @@ async fn run(shared: Arc<Shared>, config: EngineConfig, mut stopped: watch::Rece
         let _ = (&mut beating.0).await;
     }
     while tasks.join_next().await.is_some() {}
-    // The outbox entries whose deliveries were all recorded go now: left, the next start would
-    // fan them out again (finding every delivery made).
-    if let Err(e) = off_workers(&shared.service, || {
-        shared.first.remove_done(&shared.service.db)
-    }) {
-        tracing::warn!(error = %format!("{e:#}"), "delivery engine: removing outbox entries");
-    }
+    // The recorder ends once this is gone, having recorded what it was given (see
+    // `record_attempts`).
 }
 
 /// Where hosts share the database: writes this host's heartbeat and reads the others' every
@@ -1209,17 +1296,28 @@ impl Shared {
         jobs
     }
 
-    /// Runs one started entry's work, then frees its place and wakes the engine.
+    /// Runs one started entry's work, then frees its place and wakes the engine (see
+    /// [`finish`]); an attempt made is handed to the recorder with its place, and the recorder
+    /// does that once the attempt is recorded (see [`record_attempts`]).
     async fn run(self: Arc<Self>, key: String, job: Job, mut ticket: fair::Ticket) {
-        let ran = self.run_work(&key, job, &mut ticket).await;
-        self.first.settle(&key, ran.is_ok());
-        if let Err(e) = ran {
-            tracing::error!(error = %format!("{e:#}"), due = key, "queued work");
-            // Keep it in flight a moment so a persistent error does not spin.
-            tokio::time::sleep(Duration::from_secs(1)).await;
+        let ran = match self.run_work(&key, job, &mut ticket).await {
+            Ok(Some(attempt)) => match self.recorder.send(Pending { attempt, ticket }) {
+                Ok(()) => return,
+                Err(unsent) => {
+                    ticket = unsent.0.ticket;
+                    Err(Error::Internal(anyhow::anyhow!(
+                        "the attempt recorder stopped"
+                    )))
+                }
+            },
+            Ok(None) => Ok(()),
+            Err(e) => Err(e),
+        };
+        let succeeded = ran.is_ok();
+        finish(&self.first, &self.done, &key, ran, ticket);
+        if succeeded {
+            self.done.notify_one();
         }
-        drop(ticket);
-        self.done.notify_one();
     }
 
     /// Claims the round's deliveries together; if that fails, one by one, so that one that cannot
@@ -1245,12 +1343,19 @@ impl Shared {
         }
     }
 
-    /// Runs one entry's work.
-    async fn run_work(&self, key: &str, job: Job, ticket: &mut fair::Ticket) -> Result<()> {
+    /// Runs one entry's work: returns the attempt made, for a delivery's.
+    async fn run_work(
+        &self,
+        key: &str,
+        job: Job,
+        ticket: &mut fair::Ticket,
+    ) -> Result<Option<Attempted>> {
         match job {
             Job::Attempt(entry, delivery) => self.attempt(key, &entry, &delivery, ticket).await,
-            Job::Message => messages::send(&self.service, &self.http, key).await,
-            Job::Mail => self.mail.send(&self.service, key).await,
+            Job::Message => messages::send(&self.service, &self.http, key)
+                .await
+                .map(|()| None),
+            Job::Mail => self.mail.send(&self.service, key).await.map(|()| None),
         }
     }
 
@@ -1342,14 +1447,15 @@ impl Shared {
         })
     }
 
-    /// Makes the attempt of a claimed delivery (see [`queue::claim_many`]).
+    /// Makes the attempt of a claimed delivery (see [`queue::claim_many`]), and returns it to be
+    /// recorded; `None` when it failed unsent (recorded so already).
     async fn attempt(
         &self,
         due_key: &str,
         entry: &DueEntry,
         attempting: &Attempting,
         ticket: &mut fair::Ticket,
-    ) -> Result<()> {
+    ) -> Result<Option<Attempted>> {
         let delivery = attempting.delivery();
         let span = tracing::info_span!(
             "delivery.attempt",
@@ -1380,7 +1486,7 @@ impl Shared {
         attempting: &Attempting,
         span: &tracing::Span,
         ticket: &mut fair::Ticket,
-    ) -> Result<()> {
+    ) -> Result<Option<Attempted>> {
         let service = &self.service;
         let db = &service.db;
         let delivery = attempting.delivery();
@@ -1414,7 +1520,7 @@ impl Shared {
             Ok::<_, Error>(None)
         })?;
         let Some((event, target, scopes)) = loaded else {
-            return Ok(());
+            return Ok(None);
         };
         // The event as the target's scopes show it: shared, unless they hide part of it.
         let event = match event.event.for_scopes(&scopes) {
@@ -1456,15 +1562,9 @@ impl Shared {
         // Made: the next attempt may take its place while this one is recorded.
         ticket.finish_attempt();
         self.done.notify_one();
-        let paused = self.record(due_key, attempting, entry, outcome).await?;
-        service
-            .metrics
-            .delivery_attempt(kind, succeeded, wall.elapsed());
-        if paused.is_some() {
-            // Its notice was queued with the pause; the mail lane sends it.
-            service.metrics.target_paused(kind);
-        }
-        Ok(())
+        Ok(Some(
+            self.made(due_key, attempting, entry, outcome, kind, wall),
+        ))
     }
 
     /// A stored event, from the recent ones when one of its deliveries read it already (an
@@ -1491,16 +1591,17 @@ impl Shared {
         self.events.keep(key, event, bytes);
     }
 
-    /// Records an attempt through the recorder, in the next batch (with the delivery as made,
-    /// for one handed over for its first attempt).
-    async fn record(
+    /// An attempt made, as the recorder takes it (with the delivery as made, for one handed over
+    /// for its first attempt).
+    fn made(
         &self,
         due_key: &str,
         attempting: &Attempting,
         entry: &DueEntry,
         outcome: Outcome,
-    ) -> Result<Option<Paused>> {
-        let (reply, recorded) = oneshot::channel();
+        kind: TargetKind,
+        wall: std::time::Instant,
+    ) -> Attempted {
         let alongside = match attempting {
             Attempting::Made(_, true) => self.first.alongside(due_key),
             _ => queue::Alongside::default(),
@@ -1509,18 +1610,16 @@ impl Shared {
             Attempting::Made(..) => self.first.written_by_record(due_key),
             Attempting::Claimed(_) => queue::Stored::Maybe,
         };
-        let pending = Pending {
+        Attempted {
             due_key: due_key.to_owned(),
             made: attempting.made(),
             stored,
             alongside,
             entry: entry.clone(),
             outcome,
-            reply,
-        };
-        let gone = || Error::Internal(anyhow::anyhow!("the attempt recorder stopped"));
-        self.recorder.send(pending).map_err(|_| gone())?;
-        recorded.await.map_err(|_| gone())?
+            kind,
+            wall,
+        }
     }
 
     /// Runs a component on the event in a fresh instance, on a thread of the engine's
@@ -1603,10 +1702,10 @@ mod tests {
             .collect()
     }
 
-    /// A finished attempt as sent to the recorder.
-    fn finished() -> Pending {
+    /// A finished attempt as sent to the recorder, with its place `ticket`.
+    fn finished(ticket: fair::Ticket) -> Pending {
         let now = Timestamp::UNIX_EPOCH;
-        Pending {
+        let attempt = Attempted {
             due_key: "due".into(),
             made: None,
             stored: queue::Stored::Maybe,
@@ -1616,9 +1715,11 @@ mod tests {
                 event_id: EventId::generate(now),
             },
             outcome: Outcome::unsent(now, String::new()),
-            reply: oneshot::channel().0,
             alongside: queue::Alongside::default(),
-        }
+            kind: TargetKind::Webhook,
+            wall: std::time::Instant::now(),
+        };
+        Pending { attempt, ticket }
     }
 
     /// `tickets` running attempts: the first finishes at once, the others each after its delay
@@ -1633,24 +1734,22 @@ mod tests {
         let (send, mut receive) = mpsc::unbounded_channel();
         let mut tickets = tickets.into_iter();
         let mut first = tickets.next().expect("a first attempt");
+        // The tickets of those still running, kept until the batch is taken.
         let mut kept = Vec::new();
-        // Their tickets, kept until the test ends (an entry stays in flight until recorded).
-        let mut made = Vec::new();
         for (mut ticket, &delay) in tickets.zip(later) {
             let Some(micros) = delay else {
                 kept.push(ticket);
                 continue;
             };
             let send = send.clone();
-            made.push(tokio::spawn(async move {
+            tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_micros(micros)).await;
                 ticket.finish_attempt();
-                let _ = send.send(finished());
-                ticket
-            }));
+                let _ = send.send(finished(ticket));
+            });
         }
         first.finish_attempt();
-        let _ = send.send(finished());
+        let _ = send.send(finished(first));
         let started = Instant::now();
         let mut batch = Vec::new();
         receive.recv_many(&mut batch, RECORD_BATCH).await;
@@ -1782,7 +1881,7 @@ mod tests {
         let mut ticket = fair
             .try_start(key, slot)
             .unwrap_or_else(|_| panic!("starts"));
-        shared
+        let attempted = shared
             .attempt(
                 key,
                 &entry,
@@ -1791,6 +1890,7 @@ mod tests {
             )
             .await
             .expect("attempt");
+        assert!(attempted.is_none(), "failed unsent: nothing left to record");
         let written: Delivery = service
             .db
             .read(&delivery_key)
@@ -1800,6 +1900,121 @@ mod tests {
         assert_eq!(written.status, DeliveryStatus::Failed);
         assert_eq!(written.failure.as_deref(), Some("the target was paused"));
         assert_eq!(written.attempts, 0, "no attempt made");
+    }
+
+    /// The recorder of `shared`'s attempts, over `service`.
+    fn recorder_of(service: &Service, shared: &Shared) -> Recorder {
+        Recorder {
+            service: service.clone(),
+            fair: shared.fair.clone(),
+            first: shared.first.clone(),
+            done: shared.done.clone(),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_recorder_settles_each_attempt_it_records_and_at_its_end_removes_the_outbox_entries_all_recorded()
+     {
+        use crate::model::event::{OutboxEntry, outbox_key};
+        use crate::service::deliveries::queue::tests::paid;
+        let (service, _clock, store, _dir) = store_with_a_paid_hook("one");
+        let fair = Fair::new(64, 8, 8);
+        let shared = shared_on(&service, fair.clone());
+        let first = shared.first.attempts();
+        let give = |_, key: &str, given| shared.first.give(key, given);
+        queue::fan_out(&service, service.now(), 256, first, give).expect("fan out");
+        assert!(
+            shared.first.take_inbox().is_empty(),
+            "plugin.installed: not taken"
+        );
+        // Two events fanned out together: their outbox entries go once both are recorded, not
+        // with either record.
+        let events = [paid(&service, &store, 1), paid(&service, &store, 2)];
+        queue::fan_out(&service, service.now(), 256, first, give).expect("fan out");
+        let handed = shared.first.take_inbox();
+        assert_eq!(handed.len(), 2, "one delivery an event");
+
+        let (send, pending) = mpsc::unbounded_channel();
+        let recording = tokio::spawn(record_attempts(recorder_of(&service, &shared), pending));
+        let mut made = Vec::new();
+        for (_, key, work) in &handed {
+            let Work::Delivery(entry) = work else {
+                panic!("a delivery");
+            };
+            let slot = shared.slot(key, work).expect("slot");
+            let ticket = fair
+                .try_start(key, slot)
+                .unwrap_or_else(|_| panic!("starts"));
+            let (delivery, alone) = shared.first.made_alone(key).expect("handed over");
+            assert!(!alone, "fanned out with another");
+            made.push(delivery.clone());
+            let mut outcome = Outcome::unsent(service.now(), String::new());
+            (outcome.succeeded, outcome.status_code, outcome.error) = (true, Some(200), None);
+            let attempting = Attempting::Made(delivery, alone);
+            let wall = std::time::Instant::now();
+            let attempt = shared.made(key, &attempting, entry, outcome, TargetKind::Webhook, wall);
+            assert!(send.send(Pending { attempt, ticket }).is_ok(), "sent");
+        }
+        // The attempts' tasks are gone: the recorder ends their work once it has written them.
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while fair.in_flight() > 0 {
+                shared.done.notified().await;
+            }
+        })
+        .await
+        .expect("the places freed, and the engine woken");
+        assert_eq!(shared.first.given(), 0, "both settled");
+        for delivery in &made {
+            let stored: Delivery = service
+                .db
+                .read(&delivery.key())
+                .expect("read")
+                .expect("written with its attempt");
+            assert_eq!(
+                (stored.status, stored.attempts),
+                (DeliveryStatus::Succeeded, 1)
+            );
+        }
+        let entries = || {
+            events
+                .iter()
+                .filter(|event| {
+                    let key = outbox_key(&event.id);
+                    service
+                        .db
+                        .read::<OutboxEntry>(&key)
+                        .expect("read")
+                        .is_some()
+                })
+                .count()
+        };
+        assert_eq!(entries(), 2, "left to the fan-out's next transaction");
+        // The engine stops: the recorder's senders are gone.
+        drop(send);
+        tokio::time::timeout(Duration::from_secs(10), recording)
+            .await
+            .expect("the recorder ends")
+            .expect("without a panic");
+        assert_eq!(entries(), 0, "removed as the recorder ended");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_attempt_recorded_frees_its_place_at_once_and_one_whose_record_failed_a_second_later()
+     {
+        let (shared, _dir) = shared_at(Timestamp::UNIX_EPOCH);
+        let recorder = recorder_of(&shared.service, &shared);
+        let mut running = in_flight(&shared.fair, 2).into_iter();
+        let (recorded, failed) = (running.next(), running.next());
+        let recorded = recorded.expect("two running");
+        recorder.recorded(finished(recorded), Ok(None));
+        assert_eq!(shared.fair.in_flight(), 1, "recorded: its place is free");
+        let failed = failed.expect("two running");
+        let error = Error::Internal(anyhow::anyhow!("a record that failed"));
+        recorder.recorded(finished(failed), Err(error));
+        tokio::time::sleep(FAILED_WORK_HELD - Duration::from_millis(1)).await;
+        assert_eq!(shared.fair.in_flight(), 1, "held, so that it does not spin");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        assert_eq!(shared.fair.in_flight(), 0, "freed after the second");
     }
 
     #[test]
