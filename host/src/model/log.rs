@@ -86,8 +86,10 @@ impl Recording {
 }
 
 /// One invocation of a component as kept for a replay (`inv/{attempt}`), removed with its attempt.
+/// Its recording is read as a [`Recording`], and written from a reference to one (`&Recording`),
+/// not a copy.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct InvocationRecord {
+pub struct InvocationRecord<R = Recording> {
     /// The store.
     pub store_id: crate::model::ids::StoreId,
     /// The installation whose component ran.
@@ -95,7 +97,7 @@ pub struct InvocationRecord {
     /// The event it handled.
     pub event_id: crate::model::ids::EventId,
     /// What it read.
-    pub recording: Recording,
+    pub recording: R,
 }
 
 /// Key of the invocation kept for the attempt `attempt`.

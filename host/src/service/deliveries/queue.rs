@@ -677,7 +677,7 @@ impl FanOut<'_> {
             expiry: None,
             wrote,
         };
-        if tx.read::<OutboxEntry>(key)?.is_none() {
+        if !tx.exists(key)? {
             return Ok(none(false));
         }
         let Some(event) = event else {
@@ -1048,7 +1048,7 @@ fn record_attempt_of(
             store_id: d.store_id.clone(),
             installation_id: installation.clone(),
             event_id: d.event_id.clone(),
-            recording: (**recording).clone(),
+            recording: &**recording,
         };
         tx.write(&invocation_key(&attempt.id), &kept)?;
     }
