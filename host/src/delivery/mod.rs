@@ -188,8 +188,7 @@ struct Attempted {
     alongside: queue::Alongside,
     entry: DueEntry,
     outcome: Outcome,
-    /// What it went to, and when it started: counted in the metrics once recorded.
-    kind: TargetKind,
+    /// When it started: its time until recorded is counted in the metrics.
     wall: std::time::Instant,
 }
 
@@ -325,14 +324,11 @@ impl Recorder {
     fn recorded(&self, Pending { attempt, ticket }: Pending, recorded: Result<Option<Paused>>) {
         if let Ok(paused) = &recorded {
             let metrics = &self.service.metrics;
-            metrics.delivery_attempt(
-                attempt.kind,
-                attempt.outcome.succeeded,
-                attempt.wall.elapsed(),
-            );
+            let kind = target_kind(&attempt.entry.target);
+            metrics.delivery_attempt(kind, attempt.outcome.succeeded, attempt.wall.elapsed());
             if paused.is_some() {
                 // Its notice was queued with the pause; the mail lane sends it.
-                metrics.target_paused(attempt.kind);
+                metrics.target_paused(kind);
             }
         }
         finish(
@@ -342,6 +338,14 @@ impl Recorder {
             recorded.map(drop),
             ticket,
         );
+    }
+}
+
+/// What `target` counts as in the metrics.
+fn target_kind(target: &TargetRef) -> TargetKind {
+    match target {
+        TargetRef::Webhook(_) => TargetKind::Webhook,
+        TargetRef::Component(_) => TargetKind::Component,
     }
 }
 
@@ -1529,10 +1533,6 @@ impl Shared {
         };
         let started = service.now();
         let wall = std::time::Instant::now();
-        let kind = match &target {
-            Target::Webhook(_) => TargetKind::Webhook,
-            Target::Component(_) => TargetKind::Component,
-        };
         let outcome = match target {
             Target::Webhook(sub) => {
                 let signing = webhook::Signing {
@@ -1562,9 +1562,7 @@ impl Shared {
         // Made: the next attempt may take its place while this one is recorded.
         ticket.finish_attempt();
         self.done.notify_one();
-        Ok(Some(
-            self.made(due_key, attempting, entry, outcome, kind, wall),
-        ))
+        Ok(Some(self.made(due_key, attempting, entry, outcome, wall)))
     }
 
     /// A stored event, from the recent ones when one of its deliveries read it already (an
@@ -1599,7 +1597,6 @@ impl Shared {
         attempting: &Attempting,
         entry: &DueEntry,
         outcome: Outcome,
-        kind: TargetKind,
         wall: std::time::Instant,
     ) -> Attempted {
         let alongside = match attempting {
@@ -1617,7 +1614,6 @@ impl Shared {
             alongside,
             entry: entry.clone(),
             outcome,
-            kind,
             wall,
         }
     }
@@ -1716,7 +1712,6 @@ mod tests {
             },
             outcome: Outcome::unsent(now, String::new()),
             alongside: queue::Alongside::default(),
-            kind: TargetKind::Webhook,
             wall: std::time::Instant::now(),
         };
         Pending { attempt, ticket }
@@ -1952,7 +1947,7 @@ mod tests {
             (outcome.succeeded, outcome.status_code, outcome.error) = (true, Some(200), None);
             let attempting = Attempting::Made(delivery, alone);
             let wall = std::time::Instant::now();
-            let attempt = shared.made(key, &attempting, entry, outcome, TargetKind::Webhook, wall);
+            let attempt = shared.made(key, &attempting, entry, outcome, wall);
             assert!(send.send(Pending { attempt, ticket }).is_ok(), "sent");
         }
         // The attempts' tasks are gone: the recorder ends their work once it has written them.

@@ -11,7 +11,7 @@ use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
 
 use super::bindings::commerce::plugin::events::Event;
-use super::bindings::{v0_1, v0_2};
+use super::bindings::v0_1;
 use super::limits::{LimitExceeded, Limits};
 use super::state::{HostCall, Invocation};
 use super::{compat, deadline, host};
@@ -215,7 +215,7 @@ type HandleEvent<'a> = wasmtime::component::TypedFunc<(&'a Event,), (Result<(), 
 /// `event` type: about 2 % of a component backlog's samples); a component's export types are
 /// the same in all its instances, so this checks it on the first instance only.
 struct Latest {
-    pre: v0_2::PluginPre<Invocation>,
+    pre: wasmtime::component::InstancePre<Invocation>,
     /// `commerce:plugin/handler@0.2.0#handle-event`.
     handle_event: wasmtime::component::ComponentExportIndex,
     /// Set once an instance of this component had its handler's type checked.
@@ -232,7 +232,7 @@ impl Latest {
             .get_export_index(Some(&handler), "handle-event")
             .ok_or_else(|| wasmtime::format_err!("{HANDLER}0.2.0 exports no handle-event"))?;
         Ok(Self {
-            pre: v0_2::PluginPre::new(pre)?,
+            pre,
             handle_event,
             checked: AtomicBool::new(false),
         })
@@ -245,11 +245,7 @@ impl Latest {
         event: &'a Event,
         instantiated: impl Fn(wasmtime::Error) -> Failure,
     ) -> Result<wasmtime::Result<Result<(), String>>, Failure> {
-        let instance = self
-            .pre
-            .instance_pre()
-            .instantiate(&mut *store)
-            .map_err(&instantiated)?;
+        let instance = self.pre.instantiate(&mut *store).map_err(&instantiated)?;
         let handler = if self.checked.load(Ordering::Acquire) {
             let func = instance
                 .get_func(&mut *store, self.handle_event)
