@@ -1562,7 +1562,9 @@ impl Shared {
         // Made: the next attempt may take its place while this one is recorded.
         ticket.finish_attempt();
         self.done.notify_one();
-        Ok(Some(self.made(due_key, attempting, entry, outcome, wall)))
+        Ok(Some(
+            self.attempted(due_key, attempting, entry, outcome, wall),
+        ))
     }
 
     /// A stored event, from the recent ones when one of its deliveries read it already (an
@@ -1591,7 +1593,7 @@ impl Shared {
 
     /// An attempt made, as the recorder takes it (with the delivery as made, for one handed over
     /// for its first attempt).
-    fn made(
+    fn attempted(
         &self,
         due_key: &str,
         attempting: &Attempting,
@@ -1947,7 +1949,7 @@ mod tests {
             (outcome.succeeded, outcome.status_code, outcome.error) = (true, Some(200), None);
             let attempting = Attempting::Made(delivery, alone);
             let wall = std::time::Instant::now();
-            let attempt = shared.made(key, &attempting, entry, outcome, wall);
+            let attempt = shared.attempted(key, &attempting, entry, outcome, wall);
             assert!(send.send(Pending { attempt, ticket }).is_ok(), "sent");
         }
         // The attempts' tasks are gone: the recorder ends their work once it has written them.
