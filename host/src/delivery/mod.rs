@@ -235,7 +235,9 @@ const RECORD_BATCH: usize = 256;
 const RECORD_LINGER: Duration = Duration::from_millis(2);
 
 /// What the recorder needs besides the attempts: the storage it writes them to, the pools it
-/// lingers on, and what it settles once they are written.
+/// lingers on, and what it settles once they are written. These parts of [`Shared`], not
+/// `Arc<Shared>`: `Shared` holds the recorder's sender, and the recorder ends only once every
+/// sender is gone, so holding it would keep the recorder running after the engine stopped.
 struct Recorder {
     service: Service,
     fair: Arc<Fair>,
