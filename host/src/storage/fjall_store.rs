@@ -212,8 +212,11 @@ impl Engine for FjallRecords {
     /// operating system before it returns: a host killed afterwards keeps it; a machine that
     /// loses power keeps what the last [`Storage::flush`] made durable.
     fn apply(&self, writes: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Result<()> {
-        let mut batch = self.keyspace.batch().durability(Some(PersistMode::Buffer));
-        let mut inserted = Vec::new();
+        // Sized for its writes: a batch of a few hundred records grown a push at a time
+        // reallocated (and copied) its items again and again.
+        let mut batch = fjall::Batch::with_capacity(self.keyspace.clone(), writes.len())
+            .durability(Some(PersistMode::Buffer));
+        let mut inserted = Vec::with_capacity(writes.len());
         for (key, value) in writes {
             match value {
                 Some(value) => {
