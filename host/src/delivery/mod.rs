@@ -1349,7 +1349,11 @@ impl Shared {
         }
     }
 
-    /// Runs one entry's work: returns the attempt made, for a delivery's.
+    /// Runs one entry's work: returns the attempt made, for a delivery's. Each kind of work runs
+    /// boxed: an attempt's future (its request, its timeout, its span) is about 3 KiB, and a task
+    /// that held it inline was copied whole as it was made, spawned, moved into its cell and
+    /// emptied out of it when it ended (a part of every round's cost, see PERFORMANCE.md); boxed,
+    /// it is written once, into its box, when the task first runs.
     async fn run_work(
         &self,
         key: &str,
@@ -1357,11 +1361,15 @@ impl Shared {
         ticket: &mut fair::Ticket,
     ) -> Result<Option<Attempted>> {
         match job {
-            Job::Attempt(entry, delivery) => self.attempt(key, &entry, &delivery, ticket).await,
-            Job::Message => messages::send(&self.service, &self.http, key)
+            Job::Attempt(entry, delivery) => {
+                Box::pin(self.attempt(key, &entry, &delivery, ticket)).await
+            }
+            Job::Message => Box::pin(messages::send(&self.service, &self.http, key))
                 .await
                 .map(|()| None),
-            Job::Mail => self.mail.send(&self.service, key).await.map(|()| None),
+            Job::Mail => Box::pin(self.mail.send(&self.service, key))
+                .await
+                .map(|()| None),
         }
     }
 
@@ -1816,6 +1824,32 @@ mod tests {
             invoker,
         )
         .expect("shared")
+    }
+
+    #[tokio::test]
+    async fn a_task_of_the_engine_holds_its_work_boxed_not_inline() {
+        let (service, _clock, store, _dir) = store_with_a_paid_hook("boxed");
+        let fair = Fair::new(4, 4, 4);
+        let shared = Arc::new(shared_on(&service, fair.clone()));
+        let event = crate::service::deliveries::queue::tests::paid(&service, &store, 1);
+        let now = service.now();
+        let target = TargetRef::Webhook(WebhookId::generate(now));
+        let delivery = Delivery::new(&event, &target, now);
+        let entry = DueEntry {
+            store_id: store.id.clone(),
+            target,
+            event_id: event.id.clone(),
+        };
+        let attempt = Job::Attempt(entry, Attempting::Made(Arc::new(delivery), true));
+        // Each kind of work as its task is spawned, and moved: made, never polled.
+        let jobs = [attempt, Job::Message, Job::Mail];
+        for (job, ticket) in jobs.into_iter().zip(in_flight(&fair, 3)) {
+            let task = shared.clone().run("due".into(), job, ticket);
+            // Its own state and its arguments (about 0.8 KiB unoptimized); with its work
+            // inline, an attempt's task was 3.3 KiB.
+            let size = std::mem::size_of_val(&task);
+            assert!(size <= 1024, "a task of {size} bytes");
+        }
     }
 
     /// A service on its manual clock, with the plugin `name` (one webhook taking `order.paid`)
