@@ -996,9 +996,9 @@ thread_local! {
 
 /// `value` as its stored JSON, in a vector of its exact size: written into a buffer kept for the
 /// thread, then copied out once. (`serde_json::to_vec` starts at 128 bytes and doubles: a
-/// delivery's or an attempt's record, about half a KiB to a KiB, was three reallocations and
-/// their copies, and the vector kept up to twice the record's size until its transaction
-/// committed.)
+/// delivery's or an attempt's record, about half a KiB, was two reallocations and their copies,
+/// three past 512 bytes, and the vector kept up to twice the record's size until its
+/// transaction committed.)
 fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>> {
     ENCODE_BUFFER.with(|buffer| {
         // Taken while it encodes: a `Serialize` that wrote a record itself (none does) would
