@@ -22,6 +22,9 @@ use crate::service::{Actor, Service};
 /// A released version is supported until the first host release a year after its successor.
 pub const WIT_VERSIONS: [&str; 2] = ["0.1.0", "0.2.0"];
 
+/// The latest version of `commerce:plugin`: the last of [`WIT_VERSIONS`].
+const LATEST: &str = WIT_VERSIONS[WIT_VERSIONS.len() - 1];
+
 /// The export every plugin has, in every version: `commerce:plugin/handler@<version>`.
 const HANDLER: &str = "commerce:plugin/handler@";
 
@@ -216,7 +219,7 @@ type HandleEvent<'a> = wasmtime::component::TypedFunc<(&'a Event,), (Result<(), 
 /// the same in all its instances, so this checks it on the first instance only.
 struct Latest {
     pre: wasmtime::component::InstancePre<Invocation>,
-    /// `commerce:plugin/handler@0.2.0#handle-event`.
+    /// `commerce:plugin/handler@<LATEST>#handle-event`.
     handle_event: wasmtime::component::ComponentExportIndex,
     /// Set once an instance of this component had its handler's type checked.
     checked: AtomicBool,
@@ -226,11 +229,11 @@ impl Latest {
     fn new(pre: wasmtime::component::InstancePre<Invocation>) -> wasmtime::Result<Self> {
         let component = pre.component();
         let handler = component
-            .get_export_index(None, format!("{HANDLER}0.2.0"))
-            .ok_or_else(|| wasmtime::format_err!("no export {HANDLER}0.2.0"))?;
+            .get_export_index(None, format!("{HANDLER}{LATEST}"))
+            .ok_or_else(|| wasmtime::format_err!("no export {HANDLER}{LATEST}"))?;
         let handle_event = component
             .get_export_index(Some(&handler), "handle-event")
-            .ok_or_else(|| wasmtime::format_err!("{HANDLER}0.2.0 exports no handle-event"))?;
+            .ok_or_else(|| wasmtime::format_err!("{HANDLER}{LATEST} exports no handle-event"))?;
         Ok(Self {
             pre,
             handle_event,
@@ -275,7 +278,7 @@ impl LoadedPlugin {
     pub fn wit_version(&self) -> &'static str {
         match self.pre {
             Pre::V0_1(_) => "0.1.0",
-            Pre::V0_2(_) => "0.2.0",
+            Pre::V0_2(_) => LATEST,
         }
     }
 }
