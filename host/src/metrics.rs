@@ -54,6 +54,14 @@ pub const COMPONENT_INVOCATIONS: &str = "commerce_host_component_invocations_tot
 pub const COMPONENT_DURATION: &str = "commerce_host_component_invocation_duration_seconds";
 /// `commerce_host_notifications_total{channel,outcome}`.
 pub const NOTIFICATIONS: &str = "commerce_host_notifications_total";
+/// `commerce_host_storage_commits_total`.
+pub const STORAGE_COMMITS: &str = "commerce_host_storage_commits_total";
+/// `commerce_host_storage_committed_transactions_total`.
+pub const STORAGE_TRANSACTIONS: &str = "commerce_host_storage_committed_transactions_total";
+/// `commerce_host_storage_committed_writes_total`.
+pub const STORAGE_WRITES: &str = "commerce_host_storage_committed_writes_total";
+/// `commerce_host_storage_commit_apply_microseconds_total`.
+pub const STORAGE_APPLYING: &str = "commerce_host_storage_commit_apply_microseconds_total";
 
 /// The queue-depth gauge counts at most this many due entries (one bounded scan per scrape).
 pub const QUEUE_SCAN_LIMIT: usize = 10_000;
@@ -259,6 +267,23 @@ impl Metrics {
                 NOTIFICATIONS,
                 "Notifications by channel and outcome (accepted, sent, failed)."
             );
+            describe_counter!(
+                STORAGE_COMMITS,
+                "Batches the embedded store (sled, fjall) applied, one at a time, each the writes of one or more transactions."
+            );
+            describe_counter!(
+                STORAGE_TRANSACTIONS,
+                "Transactions whose writes the embedded store's batches held."
+            );
+            describe_counter!(
+                STORAGE_WRITES,
+                "Records written or removed by the embedded store's batches."
+            );
+            describe_counter!(
+                STORAGE_APPLYING,
+                Unit::Microseconds,
+                "Time the embedded store spent applying its batches; its rate is the share of the time its one commit path was busy."
+            );
         });
     }
 
@@ -382,6 +407,25 @@ impl Metrics {
     /// Sets the live hosts' gauge (read at scrape time).
     pub fn hosts_live(&self, live: usize) {
         self.with(|| gauge!(HOSTS_LIVE).set(live as f64));
+    }
+
+    /// Sets the embedded store's commit counters to what it has applied since it was opened
+    /// (read at scrape time; not called on PostgreSQL, where each transaction commits on its
+    /// own): its batches, their transactions and writes, and the time applying them took.
+    pub fn storage_commits(
+        &self,
+        batches: u64,
+        transactions: u64,
+        writes: u64,
+        applying: Duration,
+    ) {
+        let micros = u64::try_from(applying.as_micros()).unwrap_or(u64::MAX);
+        self.with(|| {
+            counter!(STORAGE_COMMITS).absolute(batches);
+            counter!(STORAGE_TRANSACTIONS).absolute(transactions);
+            counter!(STORAGE_WRITES).absolute(writes);
+            counter!(STORAGE_APPLYING).absolute(micros);
+        });
     }
 }
 

@@ -245,6 +245,7 @@ async fn main() -> anyhow::Result<()> {
             .map_err(fail)?;
     }
     let committed = start.elapsed();
+    let commits_before = service.db.commit_stats();
     let start = Instant::now();
     let cpu_before = commerce_host_tests::bench::process_cpu();
     let engine = commerce_host::delivery::Engine::start(
@@ -258,6 +259,11 @@ async fn main() -> anyhow::Result<()> {
         .await?;
     let elapsed = last.saturating_duration_since(start);
     let cpu = commerce_host_tests::bench::process_cpu().saturating_sub(cpu_before);
+    let commits = commerce_host_tests::bench::CommitsDuring::between(
+        commits_before,
+        service.db.commit_stats(),
+        elapsed,
+    );
     engine
         .stop(tokio::time::Instant::now() + std::time::Duration::from_secs(30))
         .await;
@@ -275,6 +281,18 @@ async fn main() -> anyhow::Result<()> {
         elapsed.as_secs_f64()
     );
     figures.set("engine_burst_cpu_us_per_event", cpu_us);
+    if let Some(commits) = &commits {
+        println!("{}", commits.line("an event", burst));
+        figures.set(
+            "engine_burst_store_commit_busy_percent",
+            commits.busy_percent,
+        );
+        figures.set("engine_burst_store_us_per_write", commits.us_per_write);
+        figures.set(
+            "engine_burst_store_writes_per_event",
+            commits.writes as f64 / burst.max(1) as f64,
+        );
+    }
     figures.set(
         "burst_commit_events_per_s",
         burst as f64 / committed.as_secs_f64(),

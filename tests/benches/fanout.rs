@@ -35,6 +35,7 @@ use commerce_host::model::plugin::Manifest;
 use commerce_host::model::store::Store;
 use commerce_host::model::webhook::NewWebhook;
 use commerce_host::service::Service;
+use commerce_host_tests::bench::CommitsDuring;
 
 /// The allocator the `commerce-host` binary runs with.
 #[global_allocator]
@@ -355,6 +356,8 @@ fn burst_arrivals(arrivals: &Arrivals) -> Vec<((String, String), Instant)> {
 /// What a burst measured: its deliveries/s and latencies, and those of the quiet store's events
 /// sent one at a time while it ran.
 struct Burst {
+    /// Deliveries made (events × subscriptions).
+    deliveries: usize,
     per_s: f64,
     /// CPU of the whole process (host, receiver, bench) per delivery, in µs.
     cpu_us: f64,
@@ -378,6 +381,8 @@ struct Burst {
     /// included) to its first attempt's start, p50, p99 and max, by the attempts' records (to
     /// the millisecond).
     quiet_engine_ms: [f64; 3],
+    /// The store's commits over the burst (`None` where it does not count them: PostgreSQL).
+    commits: Option<CommitsDuring>,
 }
 
 /// `events` events committed to the store (through each host in turn), each fanned out to
@@ -410,7 +415,7 @@ async fn burst(
         measured
     };
     let (quiet, loud) = tokio::join!(quiet, loud);
-    let (per_s, p50_ms, p99_ms, cpu_us) = loud?;
+    let (per_s, p50_ms, p99_ms, cpu_us, commits) = loud?;
     let quiet = quiet?;
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let slowest = quiet.iter().max_by_key(|(latency, _)| *latency);
@@ -474,6 +479,7 @@ async fn burst(
         quiet_engine_ms[0], quiet_engine_ms[1], quiet_engine_ms[2]
     );
     Ok(Burst {
+        deliveries: events * subscriptions,
         per_s,
         cpu_us,
         p50_ms,
@@ -485,6 +491,7 @@ async fn burst(
         quiet_slowest_write_ms,
         quiet_max_to_attempt_ms,
         quiet_engine_ms,
+        commits,
     })
 }
 
@@ -544,10 +551,16 @@ async fn burst_of(
     arrivals: &Arrivals,
     events: usize,
     subscriptions: usize,
-) -> anyhow::Result<(f64, f64, f64, f64)> {
+) -> anyhow::Result<(f64, f64, f64, f64, Option<CommitsDuring>)> {
     arrivals
         .burst
         .store(0, std::sync::atomic::Ordering::Relaxed);
+    // One host's commits (hosts sharing a database do not count theirs).
+    let commit_stats = || match &hosts.services[..] {
+        [one] => one.db.commit_stats(),
+        _ => None,
+    };
+    let commits_before = commit_stats();
     let start = Instant::now();
     let cpu_before = commerce_host_tests::bench::process_cpu();
     // One event after another, on a blocking thread as the host's HTTP handlers write: the
@@ -579,6 +592,7 @@ async fn burst_of(
     }
     let cpu = commerce_host_tests::bench::process_cpu().saturating_sub(cpu_before);
     let cpu_us = cpu.as_secs_f64() * 1e6 / (events * subscriptions) as f64;
+    let commits = CommitsDuring::between(commits_before, commit_stats(), start.elapsed());
     let arrived = burst_arrivals(arrivals);
     // Until the last delivery arrived (not until this loop saw it).
     let elapsed = arrived
@@ -610,7 +624,10 @@ async fn burst_of(
         elapsed,
         &mut latencies,
     );
-    Ok((per_s, p50, p99, cpu_us))
+    if let Some(commits) = &commits {
+        println!("{}", commits.line("a delivery", total));
+    }
+    Ok((per_s, p50, p99, cpu_us, commits))
 }
 
 /// What the bench sends: `events` × `subscriptions` deliveries at `concurrency`, and
@@ -692,6 +709,20 @@ fn set_burst(figures: &mut commerce_host_tests::bench::Figures, burst: &Burst, s
     );
     for (name, value) in ["p50", "p99", "max"].iter().zip(burst.quiet_engine_ms) {
         figures.set(&format!("quiet_store_engine_{name}_ms{suffix}"), value);
+    }
+    if let Some(commits) = &burst.commits {
+        figures.set(
+            &format!("engine_store_commit_busy_percent{suffix}"),
+            commits.busy_percent,
+        );
+        figures.set(
+            &format!("engine_store_us_per_write{suffix}"),
+            commits.us_per_write,
+        );
+        figures.set(
+            &format!("engine_store_writes_per_delivery{suffix}"),
+            commits.writes as f64 / burst.deliveries.max(1) as f64,
+        );
     }
 }
 

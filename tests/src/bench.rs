@@ -72,6 +72,56 @@ pub fn process_cpu() -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
+/// What an embedded store's commits did over a phase of a bench: the difference of its
+/// [`CommitStats`](commerce_host::storage::CommitStats) after and before, against the phase's
+/// length. Every write of the host goes through that one commit path, one batch at a time, so
+/// how busy it was tells how near the store is to holding the phase back.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CommitsDuring {
+    /// Batches applied.
+    pub batches: u64,
+    /// Records written or removed by them.
+    pub writes: u64,
+    /// The time applying them took, in percent of the phase's.
+    pub busy_percent: f64,
+    /// The time applying them took, per record written or removed, in µs.
+    pub us_per_write: f64,
+}
+
+impl CommitsDuring {
+    /// From the stats `before` and `after` a phase that lasted `elapsed` (`None` where the
+    /// store does not count its commits: PostgreSQL).
+    pub fn between(
+        before: Option<commerce_host::storage::CommitStats>,
+        after: Option<commerce_host::storage::CommitStats>,
+        elapsed: Duration,
+    ) -> Option<Self> {
+        let (before, after) = (before?, after?);
+        let writes = after.writes.saturating_sub(before.writes);
+        let applying = after.applying.saturating_sub(before.applying).as_secs_f64();
+        Some(Self {
+            batches: after.batches.saturating_sub(before.batches),
+            writes,
+            busy_percent: 100.0 * applying / elapsed.as_secs_f64().max(f64::MIN_POSITIVE),
+            us_per_write: 1e6 * applying / (writes.max(1) as f64),
+        })
+    }
+
+    /// A line of a bench's table: `per` the unit with its article (`a delivery`, `an event`),
+    /// of which there were `n`.
+    pub fn line(&self, per: &str, n: usize) -> String {
+        format!(
+            "  the store's commits meanwhile: {} batches, {} writes ({:.2} {per}), applying them \
+             {:.1} % of the time ({:.1} µs a write)",
+            self.batches,
+            self.writes,
+            self.writes as f64 / n.max(1) as f64,
+            self.busy_percent,
+            self.us_per_write
+        )
+    }
+}
+
 /// The engine's attempts as they are recorded, seen without polling storage: a tracing layer
 /// that counts the `delivery.attempt` spans as they close (the engine closes an attempt's span
 /// once the attempt is recorded) and wakes whoever waits. A bench that polled storage in a loop
@@ -172,5 +222,41 @@ struct Clear<'a>(&'a AtomicU64);
 impl Drop for Clear<'_> {
     fn drop(&mut self) {
         self.0.store(u64::MAX, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use commerce_host::storage::CommitStats;
+
+    #[test]
+    fn commits_during_a_phase_are_the_difference_against_its_length() {
+        let before = CommitStats {
+            batches: 10,
+            transactions: 12,
+            writes: 100,
+            applying: Duration::from_millis(5),
+        };
+        let after = CommitStats {
+            batches: 30,
+            transactions: 52,
+            writes: 1_100,
+            applying: Duration::from_millis(55),
+        };
+        let during = CommitsDuring::between(Some(before), Some(after), Duration::from_millis(200))
+            .expect("both counted");
+        assert_eq!((during.batches, during.writes), (20, 1_000));
+        assert!((during.busy_percent - 25.0).abs() < 1e-9, "{during:?}");
+        assert!((during.us_per_write - 50.0).abs() < 1e-9, "{during:?}");
+        assert!(during.line("a delivery", 500).contains("(2.00 a delivery)"));
+        assert_eq!(
+            CommitsDuring::between(None, Some(after), Duration::ZERO),
+            None
+        );
+        // Nothing written: no division by zero.
+        let idle = CommitsDuring::between(Some(after), Some(after), Duration::ZERO).expect("idle");
+        assert_eq!((idle.writes, idle.us_per_write), (0, 0.0));
+        assert_eq!(idle.busy_percent, 0.0);
     }
 }

@@ -37,6 +37,14 @@ pub async fn metrics(State(app): State<AppState>) -> Result<Response, Error> {
             crate::service::deliveries::queue::due_stats(&service.db, now, QUEUE_SCAN_LIMIT)?;
         service.metrics.queue(due, oldest);
         service.metrics.hosts_live(service.peers.live().len());
+        if let Some(commits) = service.db.commit_stats() {
+            service.metrics.storage_commits(
+                commits.batches,
+                commits.transactions,
+                commits.writes,
+                commits.applying,
+            );
+        }
         Ok::<_, Error>(service.metrics.render())
     })
     .await

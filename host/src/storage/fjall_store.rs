@@ -305,11 +305,8 @@ impl FjallStorage {
 }
 
 impl Storage for FjallStorage {
-    #[cfg(test)]
-    fn batches_applied(&self) -> usize {
-        self.commits
-            .batches
-            .load(std::sync::atomic::Ordering::Relaxed)
+    fn commit_stats(&self) -> Option<super::CommitStats> {
+        Some(self.commits.stats())
     }
 
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {

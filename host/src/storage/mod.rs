@@ -150,12 +150,28 @@ pub trait Storage: Send + Sync + 'static {
         false
     }
 
-    /// How many batches an embedded store has applied to its engine (each a commit of one or
-    /// more transactions; 0 where it does not count them), for tests that count commits.
-    #[cfg(test)]
-    fn batches_applied(&self) -> usize {
-        0
+    /// What the store's commits have applied since it was opened, where every commit of the
+    /// process goes through one path, one batch at a time (sled and fjall; see `optimistic.rs`).
+    /// `None` where each transaction commits on its own (PostgreSQL).
+    fn commit_stats(&self) -> Option<CommitStats> {
+        None
     }
+}
+
+/// What an embedded store's commits have applied since it was opened ([`Db::commit_stats`]).
+/// Every write of the process goes through them, one batch at a time under one lock, so the
+/// time spent [`applying`](CommitStats::applying) them, against the time that passed, is how
+/// busy that single path is: near all of it, and the host's writes wait on the store.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CommitStats {
+    /// Batches applied, each holding the writes of one or more transactions.
+    pub batches: u64,
+    /// Transactions whose writes the batches held.
+    pub transactions: u64,
+    /// Records written or removed in them.
+    pub writes: u64,
+    /// Time spent applying the batches to the store's engine.
+    pub applying: std::time::Duration,
 }
 
 /// Up to `limit` entries of `items` (an embedded backend's range, in the scan's order) whose key
@@ -529,10 +545,18 @@ impl Db {
         self.inner.is_shared()
     }
 
-    /// See [`Storage::batches_applied`].
+    /// See [`Storage::commit_stats`].
+    pub fn commit_stats(&self) -> Option<CommitStats> {
+        self.inner.commit_stats()
+    }
+
+    /// How many batches an embedded store has applied (0 where it does not count them), for
+    /// tests that count commits.
     #[cfg(test)]
     pub(crate) fn batches_applied(&self) -> usize {
-        self.inner.batches_applied()
+        self.commit_stats().map_or(0, |stats| {
+            usize::try_from(stats.batches).unwrap_or(usize::MAX)
+        })
     }
 
     /// What the delivery engine waits on between polls.
@@ -1024,6 +1048,44 @@ fn decode<T: DeserializeOwned>(key: &str, bytes: &[u8]) -> Result<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_embedded_store_counts_the_batches_it_applied_their_transactions_and_writes() {
+        for store in [Embedded::Sled, Embedded::Fjall] {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let db = Db::open_embedded(store, dir.path(), false).expect("open");
+            let before = db
+                .commit_stats()
+                .expect("an embedded store counts its commits");
+            db.tx(|tx| {
+                tx.write("s/a", &1)?;
+                tx.write("s/b", &2)?;
+                tx.write("s/c", &3)
+            })
+            .expect("three writes");
+            db.tx(|tx| tx.remove("s/a")).expect("a removal");
+            // Neither a transaction that wrote nothing nor one whose closure failed adds a write.
+            db.tx(|tx| {
+                tx.read::<i32>("s/b")?;
+                tx.read::<i32>("s/c")
+            })
+            .expect("two reads");
+            let failed = db.tx(|tx| {
+                tx.read::<i32>("s/b")?;
+                tx.write("s/d", &4)?;
+                Err::<(), _>(Error::Validation {
+                    field: "d".into(),
+                    message: "refused".into(),
+                })
+            });
+            assert!(failed.is_err());
+            let after = db.commit_stats().expect("counted");
+            assert_eq!(after.batches - before.batches, 2, "{store:?}");
+            assert_eq!(after.transactions - before.transactions, 2, "{store:?}");
+            assert_eq!(after.writes - before.writes, 4, "{store:?}");
+            assert!(after.applying > before.applying, "{store:?}");
+        }
+    }
 
     #[test]
     fn each_record_is_encoded_as_its_json_in_a_vector_of_its_own_size() {

@@ -8,10 +8,12 @@
 // cannot make a long chain out of them.
 use foldhash::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use parking_lot::{Mutex, RwLock};
 
-use super::Txn;
+use super::{CommitStats, Txn};
 use crate::model::error::{Error, Result};
 
 /// What an engine gives [`Commits`]: reads of single keys, and batches applied as one.
@@ -42,9 +44,17 @@ pub(super) struct Commits<E: Engine> {
     /// The optimistic commits waiting for the commit lock: whichever of them takes it first
     /// commits all of them, as one batch.
     pub(super) queued: Mutex<Vec<Queued<E::Value>>>,
-    /// How many batches [`Commits::commit_queued`] applied.
-    #[cfg(test)]
-    pub(super) batches: std::sync::atomic::AtomicUsize,
+    /// What the batches applied so far held, and the time applying them took.
+    applied: Applied,
+}
+
+/// [`CommitStats`] as they are counted, each batch adding to them as it is applied.
+#[derive(Debug, Default)]
+struct Applied {
+    batches: AtomicU64,
+    transactions: AtomicU64,
+    writes: AtomicU64,
+    nanos: AtomicU64,
 }
 
 /// An optimistic transaction at its commit: what its closure read (checked again under the
@@ -77,9 +87,37 @@ impl<E: Engine> Commits<E> {
             engine,
             commit: RwLock::new(()),
             queued: Mutex::new(Vec::new()),
-            #[cfg(test)]
-            batches: std::sync::atomic::AtomicUsize::new(0),
+            applied: Applied::default(),
         }
+    }
+
+    /// What the batches applied since the store was opened held, and the time applying them
+    /// took.
+    pub(super) fn stats(&self) -> CommitStats {
+        let applied = &self.applied;
+        CommitStats {
+            batches: applied.batches.load(Ordering::Relaxed),
+            transactions: applied.transactions.load(Ordering::Relaxed),
+            writes: applied.writes.load(Ordering::Relaxed),
+            applying: std::time::Duration::from_nanos(applied.nanos.load(Ordering::Relaxed)),
+        }
+    }
+
+    /// Applies `batch`, the writes of `transactions` transactions, under the commit lock (held
+    /// by the caller), counting it in [`Commits::stats`].
+    fn apply(&self, transactions: u64, batch: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Result<()> {
+        let writes = batch.len() as u64;
+        let started = Instant::now();
+        let applied = self.engine.apply(batch);
+        let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let counted = &self.applied;
+        counted.batches.fetch_add(1, Ordering::Relaxed);
+        counted
+            .transactions
+            .fetch_add(transactions, Ordering::Relaxed);
+        counted.writes.fetch_add(writes, Ordering::Relaxed);
+        counted.nanos.fetch_add(took, Ordering::Relaxed);
+        applied
     }
 
     /// Runs `f` as one serializable transaction. Optimistic: the closure runs outside any lock,
@@ -142,10 +180,7 @@ impl<E: Engine> Commits<E> {
         if overlay.writes.is_empty() {
             return Ok(());
         }
-        #[cfg(test)]
-        self.batches
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.engine.apply(overlay.writes.into_iter().collect())
+        self.apply(1, overlay.writes.into_iter().collect())
     }
 
     /// Commits every optimistic transaction queued, holding the commit lock alone (no other
@@ -160,6 +195,7 @@ impl<E: Engine> Commits<E> {
     pub(super) fn commit_queued(&self) {
         let queued = std::mem::take(&mut *self.queued.lock());
         let mut batch = Vec::new();
+        let mut joined = 0;
         let mut written: HashSet<Vec<u8>> = HashSet::default();
         let mut outcomes = Vec::with_capacity(queued.len());
         for commit in queued {
@@ -168,7 +204,8 @@ impl<E: Engine> Commits<E> {
             });
             let outcome = match current {
                 Ok(true) => {
-                    if !commit.failed {
+                    if !commit.failed && !commit.writes.is_empty() {
+                        joined += 1;
                         for (key, value) in commit.writes {
                             written.insert(key.clone());
                             batch.push((key, value));
@@ -184,10 +221,7 @@ impl<E: Engine> Commits<E> {
         #[cfg(test)]
         tests::between_check_and_batch();
         let applied = if !batch.is_empty() {
-            #[cfg(test)]
-            self.batches
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            self.engine.apply(batch).map_err(|e| format!("{e:#}"))
+            self.apply(joined, batch).map_err(|e| format!("{e:#}"))
         } else {
             Ok(())
         };

@@ -92,11 +92,8 @@ impl SledStorage {
 }
 
 impl Storage for SledStorage {
-    #[cfg(test)]
-    fn batches_applied(&self) -> usize {
-        self.commits
-            .batches
-            .load(std::sync::atomic::Ordering::Relaxed)
+    fn commit_stats(&self) -> Option<super::CommitStats> {
+        Some(self.commits.stats())
     }
 
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -316,10 +313,7 @@ mod tests {
         assert_eq!(value("n"), None, "the failed one wrote nothing");
         assert_eq!(value("q"), None);
         assert_eq!(
-            storage
-                .commits
-                .batches
-                .load(std::sync::atomic::Ordering::Relaxed),
+            storage.commits.stats().batches,
             1,
             "one batch for all of them"
         );
@@ -374,10 +368,7 @@ mod tests {
             assert!(storage.tree().get(&key).expect("get").is_some(), "{key}");
         }
         assert_eq!(
-            storage
-                .commits
-                .batches
-                .load(std::sync::atomic::Ordering::Relaxed),
+            storage.commits.stats().batches,
             2,
             "the six that queued meanwhile shared one batch"
         );

@@ -472,3 +472,51 @@ async fn a_target_paused_when_its_retries_run_out_is_counted_once() {
         0.0
     );
 }
+
+#[tokio::test]
+async fn the_embedded_stores_commits_are_counted_with_their_writes_and_the_time_they_took() {
+    const COMMITS: &str = "commerce_host_storage_commits_total";
+    const TRANSACTIONS: &str = "commerce_host_storage_committed_transactions_total";
+    const WRITES: &str = "commerce_host_storage_committed_writes_total";
+    const APPLYING: &str = "commerce_host_storage_commit_apply_microseconds_total";
+    let host = TestHost::start().await;
+    let (_, token) = host
+        .store_with_plugin("commits.example", &["customers.write"])
+        .await;
+    let before = scrape(&host).await;
+    let on_postgres =
+        std::env::var(commerce_host_tests::TEST_DATABASE_URL).is_ok_and(|url| !url.is_empty());
+    if on_postgres {
+        // Each transaction commits on its own there: no one commit path to count.
+        for name in [COMMITS, TRANSACTIONS, WRITES, APPLYING] {
+            assert_eq!(before.get(name, &[]), None, "{name} on PostgreSQL");
+        }
+        return;
+    }
+    // The store and its installation were written before the scrape.
+    let counted = |s: &Scrape, name: &str| s.get(name, &[]).unwrap_or_else(|| panic!("{name}"));
+    assert!(counted(&before, COMMITS) >= 1.0, "{}", before.text);
+    assert!(counted(&before, WRITES) >= counted(&before, TRANSACTIONS));
+    assert!(counted(&before, TRANSACTIONS) >= counted(&before, COMMITS));
+    for name in [COMMITS, TRANSACTIONS, WRITES, APPLYING] {
+        assert!(
+            before.text.contains(&format!("# TYPE {name} counter")),
+            "{name}: {}",
+            before.text
+        );
+    }
+    host.call(
+        &token,
+        Method::POST,
+        "/v1/customers",
+        Some(json!({"email": "bo@example.com"})),
+    )
+    .await
+    .expect(201);
+    let after = scrape(&host).await;
+    // The customer's transaction at least (its record, its event, the event's outbox entry).
+    assert!(counted(&after, COMMITS) > counted(&before, COMMITS));
+    assert!(counted(&after, TRANSACTIONS) > counted(&before, TRANSACTIONS));
+    assert!(counted(&after, WRITES) >= counted(&before, WRITES) + 3.0);
+    assert!(counted(&after, APPLYING) > counted(&before, APPLYING));
+}
