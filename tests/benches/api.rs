@@ -105,6 +105,34 @@ where
     }
 }
 
+/// The embedded store's commit counters, read from the host's `/metrics` (`None` on PostgreSQL,
+/// which has none).
+async fn store_commits(
+    client: &reqwest::Client,
+    base: &str,
+) -> Option<commerce_host::storage::CommitStats> {
+    let text = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    let value = |name: &str| -> Option<u64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    };
+    Some(commerce_host::storage::CommitStats {
+        batches: value("commerce_host_storage_commits_total")?,
+        transactions: value("commerce_host_storage_committed_transactions_total")?,
+        writes: value("commerce_host_storage_committed_writes_total")?,
+        applying: Duration::from_micros(value(
+            "commerce_host_storage_commit_apply_microseconds_total",
+        )?),
+    })
+}
+
 #[tokio::main]
 async fn main() {
     let secs: u64 = commerce_host_tests::bench::env_or("BENCH_SECS", 5);
@@ -226,6 +254,8 @@ async fn main() {
             get_per_s = per_s;
         }
         let (c, t) = (client.clone(), token.clone());
+        let commits_before = store_commits(&client, &host.base).await;
+        let posting = Instant::now();
         let (per_s, p99_ms, cpu_us) = drive("POST /v1/orders", post_concurrency, secs, move || {
             let (c, t, url) = (c.clone(), t.clone(), create_url.clone());
             async move {
@@ -243,6 +273,26 @@ async fn main() {
         figures.set(&format!("{post_name}_req_per_s{pg}"), per_s);
         figures.set(&format!("{post_name}_p99_ms{pg}"), p99_ms);
         figures.set(&format!("{post_name}_cpu_us_per_req{pg}"), cpu_us);
+        // Over the warm-up and the measured seconds, under the same load.
+        let commits = commerce_host_tests::bench::CommitsDuring::between(
+            commits_before,
+            store_commits(&client, &host.base).await,
+            posting.elapsed(),
+        );
+        if let Some(commits) = commits {
+            println!(
+                "{}",
+                commits.line("a transaction", commits.transactions as usize)
+            );
+            figures.set(
+                &format!("{post_name}_store_transactions_per_batch"),
+                commits.transactions as f64 / commits.batches.max(1) as f64,
+            );
+            figures.set(
+                &format!("{post_name}_store_commit_busy_percent"),
+                commits.busy_percent,
+            );
+        }
         // Stopped before the next pass (and before the runtime ends with the last one): a host
         // only dropped would still be stopping its engine as the runtime shut down.
         host.stop().await;

@@ -80,6 +80,9 @@ pub fn process_cpu() -> Duration {
 pub struct CommitsDuring {
     /// Batches applied.
     pub batches: u64,
+    /// Transactions whose writes they held (more than the batches: transactions that committed
+    /// at the same moment shared one).
+    pub transactions: u64,
     /// Records written or removed by them.
     pub writes: u64,
     /// The time applying them took, in percent of the phase's.
@@ -101,6 +104,7 @@ impl CommitsDuring {
         let applying = after.applying.saturating_sub(before.applying).as_secs_f64();
         Some(Self {
             batches: after.batches.saturating_sub(before.batches),
+            transactions: after.transactions.saturating_sub(before.transactions),
             writes,
             busy_percent: 100.0 * applying / elapsed.as_secs_f64().max(f64::MIN_POSITIVE),
             us_per_write: 1e6 * applying / (writes.max(1) as f64),
@@ -111,9 +115,10 @@ impl CommitsDuring {
     /// of which there were `n`.
     pub fn line(&self, per: &str, n: usize) -> String {
         format!(
-            "  the store's commits meanwhile: {} batches, {} writes ({:.2} {per}), applying them \
-             {:.1} % of the time ({:.1} µs a write)",
+            "  the store's commits meanwhile: {} batches of {} transactions, {} writes ({:.2} {per}), \
+             applying them {:.1} % of the time ({:.1} µs a write)",
             self.batches,
+            self.transactions,
             self.writes,
             self.writes as f64 / n.max(1) as f64,
             self.busy_percent,
@@ -246,10 +251,17 @@ mod tests {
         };
         let during = CommitsDuring::between(Some(before), Some(after), Duration::from_millis(200))
             .expect("both counted");
-        assert_eq!((during.batches, during.writes), (20, 1_000));
+        assert_eq!(
+            (during.batches, during.transactions, during.writes),
+            (20, 40, 1_000)
+        );
         assert!((during.busy_percent - 25.0).abs() < 1e-9, "{during:?}");
         assert!((during.us_per_write - 50.0).abs() < 1e-9, "{during:?}");
-        assert!(during.line("a delivery", 500).contains("(2.00 a delivery)"));
+        let line = during.line("a delivery", 500);
+        assert!(
+            line.contains("20 batches of 40 transactions, 1000 writes (2.00 a delivery)"),
+            "{line}"
+        );
         assert_eq!(
             CommitsDuring::between(None, Some(after), Duration::ZERO),
             None
