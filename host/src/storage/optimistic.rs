@@ -104,11 +104,12 @@ impl<E: Engine> Commits<E> {
     }
 
     /// Applies `batch`, the writes of `transactions` transactions, under the commit lock (held
-    /// by the caller), counting it in [`Commits::stats`].
+    /// by the caller), counting it in [`Commits::stats`] once the engine has applied it (one it
+    /// failed to apply wrote nothing, and is not counted).
     fn apply(&self, transactions: u64, batch: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Result<()> {
         let writes = batch.len() as u64;
         let started = Instant::now();
-        let applied = self.engine.apply(batch);
+        self.engine.apply(batch)?;
         let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         let counted = &self.applied;
         counted.batches.fetch_add(1, Ordering::Relaxed);
@@ -117,7 +118,7 @@ impl<E: Engine> Commits<E> {
             .fetch_add(transactions, Ordering::Relaxed);
         counted.writes.fetch_add(writes, Ordering::Relaxed);
         counted.nanos.fetch_add(took, Ordering::Relaxed);
-        applied
+        Ok(())
     }
 
     /// Runs `f` as one serializable transaction. Optimistic: the closure runs outside any lock,
@@ -294,5 +295,75 @@ pub(super) mod tests {
         if let Some(f) = BETWEEN.with(|b| b.borrow_mut().take()) {
             f();
         }
+    }
+
+    /// An engine in memory whose batches fail while `failing` is set.
+    #[derive(Default)]
+    struct Memory {
+        records: parking_lot::Mutex<std::collections::BTreeMap<Vec<u8>, Vec<u8>>>,
+        failing: std::sync::atomic::AtomicBool,
+    }
+
+    impl super::Engine for Memory {
+        type Value = Vec<u8>;
+
+        fn read(&self, key: &[u8]) -> crate::model::error::Result<Option<Vec<u8>>> {
+            Ok(self.records.lock().get(key).cloned())
+        }
+
+        fn apply(
+            &self,
+            writes: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+        ) -> crate::model::error::Result<()> {
+            if self.failing.load(std::sync::atomic::Ordering::Relaxed) {
+                return Err(crate::model::error::Error::Internal(anyhow::anyhow!(
+                    "disk full"
+                )));
+            }
+            let mut records = self.records.lock();
+            for (key, value) in writes {
+                match value {
+                    Some(value) => records.insert(key, value),
+                    None => records.remove(&key),
+                };
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_batch_the_engine_failed_to_apply_is_not_counted() {
+        let commits = super::Commits::new(Memory::default());
+        let write = |commits: &super::Commits<Memory>, key: &'static [u8]| {
+            commits.transact(&mut |txn| {
+                txn.put(key, b"1".to_vec())?;
+                txn.put(b"other", b"2".to_vec())
+            })
+        };
+        commits
+            .engine
+            .failing
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            write(&commits, b"a").is_err(),
+            "the engine's error is the commit's"
+        );
+        // Its lone transaction ran under the lock too, and failed the same way.
+        assert!(
+            commits
+                .transact_locked(&mut |txn| txn.put(b"b", b"1".to_vec()))
+                .is_err()
+        );
+        assert_eq!(commits.stats(), super::CommitStats::default());
+        commits
+            .engine
+            .failing
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        write(&commits, b"a").expect("applied");
+        let stats = commits.stats();
+        assert_eq!((stats.batches, stats.transactions, stats.writes), (1, 1, 2));
+        assert!(stats.applying > std::time::Duration::ZERO);
+        let stored = super::Engine::read(&commits.engine, b"a").expect("read");
+        assert_eq!(stored, Some(b"1".to_vec()));
     }
 }
