@@ -11,6 +11,7 @@
 use std::time::{Duration, Instant};
 
 use commerce_host_tests::bench::Figures;
+use commerce_host_tests::metrics::scrape;
 use commerce_host_tests::{ALL_SCOPES, TestHost};
 use reqwest::Method;
 use serde_json::json;
@@ -103,34 +104,6 @@ where
         latencies,
         cpu: commerce_host_tests::bench::process_cpu().saturating_sub(cpu_at_start),
     }
-}
-
-/// The embedded store's commit counters, read from the host's `/metrics` (`None` on PostgreSQL,
-/// which has none).
-async fn store_commits(
-    client: &reqwest::Client,
-    base: &str,
-) -> Option<commerce_host::storage::CommitStats> {
-    let text = client
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .ok()?
-        .text()
-        .await
-        .ok()?;
-    let value = |name: &str| -> Option<u64> {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-    };
-    Some(commerce_host::storage::CommitStats {
-        batches: value("commerce_host_storage_commits_total")?,
-        transactions: value("commerce_host_storage_committed_transactions_total")?,
-        writes: value("commerce_host_storage_committed_writes_total")?,
-        applying: Duration::from_micros(value(
-            "commerce_host_storage_commit_apply_microseconds_total",
-        )?),
-    })
 }
 
 #[tokio::main]
@@ -254,7 +227,7 @@ async fn main() {
             get_per_s = per_s;
         }
         let (c, t) = (client.clone(), token.clone());
-        let commits_before = store_commits(&client, &host.base).await;
+        let commits_before = scrape(&host).await.commit_stats();
         let posting = Instant::now();
         let (per_s, p99_ms, cpu_us) = drive("POST /v1/orders", post_concurrency, secs, move || {
             let (c, t, url) = (c.clone(), t.clone(), create_url.clone());
@@ -276,7 +249,7 @@ async fn main() {
         // Over the warm-up and the measured seconds, under the same load.
         let commits = commerce_host_tests::bench::CommitsDuring::between(
             commits_before,
-            store_commits(&client, &host.base).await,
+            scrape(&host).await.commit_stats(),
             posting.elapsed(),
         );
         if let Some(commits) = commits {

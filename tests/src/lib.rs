@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod components;
+pub mod metrics;
 pub mod pages;
 pub mod receiver;
 pub mod smtp;

@@ -2,7 +2,6 @@
 //! deliveries, component invocations and notifications on a fresh host. Each host has its own
 //! registry, so the counts are exact even with other hosts running in this process.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -12,74 +11,7 @@ use commerce_host_tests::receiver::{Behavior, Receiver};
 use reqwest::Method;
 use serde_json::json;
 
-/// A scrape: each sample's name and labels, with its value.
-pub(crate) struct Scrape {
-    text: String,
-    samples: Vec<(String, BTreeMap<String, String>, f64)>,
-}
-
-impl Scrape {
-    fn parse(text: String) -> Self {
-        let mut samples = Vec::new();
-        for line in text.lines() {
-            if line.starts_with('#') || line.trim().is_empty() {
-                continue;
-            }
-            let (series, value) = line.rsplit_once(' ').expect("`series value`");
-            let value: f64 = value.parse().expect("a number");
-            let (name, labels) = match series.split_once('{') {
-                Some((name, rest)) => (name, rest.strip_suffix('}').expect("closing brace")),
-                None => (series, ""),
-            };
-            let labels = labels
-                .split("\",")
-                .filter(|l| !l.is_empty())
-                .map(|l| {
-                    let (k, v) = l.split_once("=\"").expect("label=\"value\"");
-                    (k.to_owned(), v.trim_end_matches('"').to_owned())
-                })
-                .collect();
-            samples.push((name.to_owned(), labels, value));
-        }
-        Self { text, samples }
-    }
-
-    /// The value of the sample `name` with exactly `labels`, if it was rendered.
-    pub(crate) fn get(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-        let wanted: BTreeMap<String, String> = labels
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
-        self.samples
-            .iter()
-            .find(|(n, l, _)| n == name && *l == wanted)
-            .map(|(_, _, v)| *v)
-    }
-
-    /// Like [`Scrape::get`], 0 when the series was never recorded.
-    fn count(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
-        self.get(name, labels).unwrap_or(0.0)
-    }
-}
-
-/// Scrapes `host`'s `/metrics` (a 200 in the Prometheus text format).
-pub(crate) async fn scrape(host: &TestHost) -> Scrape {
-    let response = host
-        .request(Method::GET, "/metrics")
-        .send()
-        .await
-        .expect("scraped");
-    assert_eq!(response.status(), 200);
-    let content_type = response.headers()["content-type"]
-        .to_str()
-        .expect("ascii")
-        .to_owned();
-    assert!(
-        content_type.starts_with("text/plain; version=0.0.4"),
-        "{content_type}"
-    );
-    Scrape::parse(response.text().await.expect("body"))
-}
+pub(crate) use commerce_host_tests::metrics::{Scrape, scrape};
 
 /// Scrapes until `ready` holds (deliveries finish in the background).
 async fn scrape_until(host: &TestHost, what: &str, ready: impl Fn(&Scrape) -> bool) -> Scrape {
@@ -494,10 +426,11 @@ async fn the_embedded_stores_commits_are_counted_with_their_writes_and_the_time_
         return;
     }
     // The store and its installation were written before the scrape.
-    let counted = |s: &Scrape, name: &str| s.get(name, &[]).unwrap_or_else(|| panic!("{name}"));
-    assert!(counted(&before, COMMITS) >= 1.0, "{}", before.text);
-    assert!(counted(&before, WRITES) >= counted(&before, TRANSACTIONS));
-    assert!(counted(&before, TRANSACTIONS) >= counted(&before, COMMITS));
+    let counted = |s: &Scrape| s.commit_stats().unwrap_or_else(|| panic!("{}", s.text));
+    let first = counted(&before);
+    assert!(first.batches >= 1, "{}", before.text);
+    assert!(first.writes >= first.transactions);
+    assert!(first.transactions >= first.batches);
     for name in [COMMITS, TRANSACTIONS, WRITES, APPLYING] {
         assert!(
             before.text.contains(&format!("# TYPE {name} counter")),
@@ -513,10 +446,10 @@ async fn the_embedded_stores_commits_are_counted_with_their_writes_and_the_time_
     )
     .await
     .expect(201);
-    let after = scrape(&host).await;
+    let after = counted(&scrape(&host).await);
     // The customer's transaction at least (its record, its event, the event's outbox entry).
-    assert!(counted(&after, COMMITS) > counted(&before, COMMITS));
-    assert!(counted(&after, TRANSACTIONS) > counted(&before, TRANSACTIONS));
-    assert!(counted(&after, WRITES) >= counted(&before, WRITES) + 3.0);
-    assert!(counted(&after, APPLYING) > counted(&before, APPLYING));
+    assert!(after.batches > first.batches);
+    assert!(after.transactions > first.transactions);
+    assert!(after.writes >= first.writes + 3);
+    assert!(after.applying > first.applying);
 }
