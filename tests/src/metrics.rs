@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use commerce_host::metrics;
 use reqwest::Method;
 
 use crate::TestHost;
@@ -56,6 +57,18 @@ impl Scrape {
     pub fn count(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
         self.get(name, labels).unwrap_or(0.0)
     }
+
+    /// The embedded store's commit counters (`None` where they are not served: PostgreSQL).
+    pub fn commit_stats(&self) -> Option<commerce_host::storage::CommitStats> {
+        // Counters of whole numbers, rendered as such.
+        let value = |name: &str| self.get(name, &[]).map(|v| v as u64);
+        Some(commerce_host::storage::CommitStats {
+            batches: value(metrics::STORAGE_COMMITS)?,
+            transactions: value(metrics::STORAGE_TRANSACTIONS)?,
+            writes: value(metrics::STORAGE_WRITES)?,
+            applying: std::time::Duration::from_micros(value(metrics::STORAGE_APPLYING)?),
+        })
+    }
 }
 
 /// Scrapes `host`'s `/metrics` (a 200 in the Prometheus text format).
@@ -75,22 +88,6 @@ pub async fn scrape(host: &TestHost) -> Scrape {
         "{content_type}"
     );
     Scrape::parse(response.text().await.expect("body"))
-}
-
-impl Scrape {
-    /// The embedded store's commit counters (`None` where they are not served: PostgreSQL).
-    pub fn commit_stats(&self) -> Option<commerce_host::storage::CommitStats> {
-        // Counters of whole numbers, rendered as such.
-        let value = |name: &str| self.get(name, &[]).map(|v| v as u64);
-        Some(commerce_host::storage::CommitStats {
-            batches: value("commerce_host_storage_commits_total")?,
-            transactions: value("commerce_host_storage_committed_transactions_total")?,
-            writes: value("commerce_host_storage_committed_writes_total")?,
-            applying: std::time::Duration::from_micros(value(
-                "commerce_host_storage_commit_apply_microseconds_total",
-            )?),
-        })
-    }
 }
 
 #[cfg(test)]
