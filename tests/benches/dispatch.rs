@@ -290,7 +290,7 @@ async fn main() -> anyhow::Result<()> {
         figures.set("engine_burst_store_us_per_write", commits.us_per_write);
         figures.set(
             "engine_burst_store_writes_per_event",
-            commits.writes as f64 / burst.max(1) as f64,
+            commits.writes_per(burst),
         );
     }
     figures.set(

@@ -111,6 +111,12 @@ impl CommitsDuring {
         })
     }
 
+    /// The records written or removed for each of `n` (deliveries, events: all the store's
+    /// writes over the phase, whoever made them).
+    pub fn writes_per(&self, n: usize) -> f64 {
+        self.writes as f64 / n.max(1) as f64
+    }
+
     /// A line of a bench's table: `per` the unit with its article (`a delivery`, `an event`),
     /// of which there were `n`.
     pub fn line(&self, per: &str, n: usize) -> String {
@@ -120,7 +126,7 @@ impl CommitsDuring {
             self.batches,
             self.transactions,
             self.writes,
-            self.writes as f64 / n.max(1) as f64,
+            self.writes_per(n),
             self.busy_percent,
             self.us_per_write
         )
