@@ -44,6 +44,8 @@ pub const DELIVERY_DURATION: &str = "commerce_host_delivery_attempt_duration_sec
 pub const QUEUE_DUE: &str = "commerce_host_delivery_queue_due";
 /// `commerce_host_delivery_queue_oldest_due_age_seconds`.
 pub const QUEUE_OLDEST_AGE: &str = "commerce_host_delivery_queue_oldest_due_age_seconds";
+/// `commerce_host_delivery_events_parked`.
+pub const EVENTS_PARKED: &str = "commerce_host_delivery_events_parked";
 /// `commerce_host_hosts_live`.
 pub const HOSTS_LIVE: &str = "commerce_host_hosts_live";
 /// `commerce_host_delivery_targets_paused_total{target}`.
@@ -247,6 +249,10 @@ impl Metrics {
                 "How long the oldest due work queue entry has been due (0 when none is)."
             );
             describe_gauge!(
+                EVENTS_PARKED,
+                "Committed events whose fan-out waits, parked in memory, for their store's deliveries ahead of their attempts to fall to half of 2048 (one host with its own database)."
+            );
+            describe_gauge!(
                 HOSTS_LIVE,
                 "Hosts sharing the database heard from within 5 s, this one included (1 on a storage of its own)."
             );
@@ -396,11 +402,13 @@ impl Metrics {
         });
     }
 
-    /// Sets the queue gauges (computed at scrape time).
-    pub fn queue(&self, due: usize, oldest_age: Duration) {
+    /// Sets the queue gauges (computed at scrape time): work due, how long the oldest has been
+    /// due, and events parked.
+    pub fn queue(&self, due: usize, oldest_age: Duration, parked: usize) {
         self.with(|| {
             gauge!(QUEUE_DUE).set(due as f64);
             gauge!(QUEUE_OLDEST_AGE).set(oldest_age.as_secs_f64());
+            gauge!(EVENTS_PARKED).set(parked as f64);
         });
     }
 

@@ -11,13 +11,19 @@
 //! share the database nothing is handed over, and only the entries an earlier sled host kept
 //! are looked at as below.
 //!
+//! A store's deliveries handed over and not settled are bounded ([`STORE_AHEAD`]): past it, its
+//! next heavy event's outbox entry and those after it are parked, listed and kept in memory (a
+//! hundred bytes or so each, where an event's deliveries made take about a kilobyte each), and
+//! taken on again once the engine has settled half of them; other stores' events go on
+//! meanwhile (see [`StoreRoom`]).
+//!
 //! What a stop, a crash or an error leaves is found from the outbox: an entry that may have been
 //! kept when the engine started (up to the mark the fan-out keeps, [`FirstAttempts::kept_mark`]),
 //! or released after an error (its deliveries not yet written are written pending first), is
 //! fanned out again, finding the deliveries it made and queuing those still pending, and making
 //! those never written ([`FirstAttempts::suspect`]).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use foldhash::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -26,16 +32,30 @@ use jiff::Timestamp;
 
 use crate::model::delivery::{Delivery, TargetRef, millis};
 use crate::model::error::Result;
-use crate::model::event::OUTBOX_KEPT_MARK;
+use crate::model::event::{OUTBOX_KEPT_MARK, OutboxEntry};
+use crate::model::ids::StoreId;
 use crate::model::work::{Work, WorkKind, due_ms_of};
 use crate::service::deliveries::queue::{
-    self, Alongside, FirstAttempts, Handed, PendingExpiry, Stored,
+    self, Alongside, FirstAttempts, Handed, PendingExpiry, StoreRoom, Stored,
 };
 use crate::storage::queue::Signal;
 use crate::storage::{Db, just_before};
 
 /// Deliveries handed over at most, not yet settled: past it the fan-out queues them.
 pub const MAX_GIVEN: usize = 16_384;
+
+/// A store's deliveries handed over and not settled at most, before its next heavy event and
+/// those after it are parked ([`FirstAttempts::park`], [`StoreRoom`]): a store's burst waits in
+/// the outbox (its entries listed, in memory), not as deliveries made ahead of their attempts,
+/// and it is taken on again once the store's deliveries handed over are down to half of it. Well above what one store's attempts
+/// run at once (half the engine's pool at most), so that its attempts never wait for the
+/// fan-out; the memory a burst's deliveries take ahead of their attempts, touched for the first
+/// time in a fresh process, cost the fan-out more than the fan-out itself (see PERFORMANCE.md).
+pub const STORE_AHEAD: usize = 2048;
+
+/// Outbox entries parked at most, over all stores: past it, nothing more is parked and the
+/// fan-out hands deliveries over up to [`MAX_GIVEN`] as it does without a bound.
+pub const MAX_PARKED: usize = 65_536;
 
 /// How long a delivery handed over waits for its first attempt to be recorded before it is
 /// written pending (by the host's clock, from its fan-out): the API shows it from then on, and a
@@ -47,6 +67,10 @@ pub const WRITE_PENDING_AFTER: std::time::Duration = std::time::Duration::from_s
 pub struct First {
     /// Deliveries handed over at most ([`MAX_GIVEN`]).
     max_given: usize,
+    /// A store's deliveries handed over at most before its events are parked ([`STORE_AHEAD`]).
+    store_ahead: usize,
+    /// Entries parked at most ([`MAX_PARKED`]).
+    max_parked: usize,
     /// Whether deliveries are handed over at all (not where hosts share the database: another
     /// host would fan a kept outbox entry out again).
     enabled: bool,
@@ -94,6 +118,12 @@ struct State {
     inbox: Vec<(WorkKind, String, Work)>,
     /// Outbox entries all of whose deliveries are settled, to remove.
     done: Vec<String>,
+    /// Each store's deliveries handed over and not settled (see [`STORE_AHEAD`]).
+    ahead: HashMap<StoreId, usize>,
+    /// Each store's parked outbox entries, in key order (see [`FirstAttempts::park`]).
+    parked: HashMap<StoreId, BTreeMap<String, OutboxEntry>>,
+    /// The keys of the parked entries.
+    parked_keys: HashSet<String>,
 }
 
 /// A kept outbox entry.
@@ -160,6 +190,8 @@ impl First {
         let at_start = db.read::<String>(OUTBOX_KEPT_MARK)?;
         Ok(Self {
             max_given: MAX_GIVEN,
+            store_ahead: STORE_AHEAD,
+            max_parked: MAX_PARKED,
             enabled,
             mark: Mutex::new(at_start.clone()),
             listing: Mutex::default(),
@@ -167,6 +199,11 @@ impl First {
             signal: db.delivery_signal(),
             state: Mutex::default(),
         })
+    }
+
+    /// A store's deliveries handed over at or under which its parked events are taken on again.
+    fn store_low(&self) -> usize {
+        self.store_ahead / 2
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -224,6 +261,10 @@ impl First {
             alone,
         } = handed;
         let mut state = self.state();
+        if let Some((_, delivery)) = deliveries.first() {
+            let ahead = state.ahead.entry(delivery.store_id.clone()).or_default();
+            *ahead = ahead.saturating_add(deliveries.len());
+        }
         let held = Held {
             left: deliveries.len(),
             expiry,
@@ -449,6 +490,17 @@ impl First {
             return;
         };
         self.signal.release(due_ms_of(key).unwrap_or(0));
+        let store = &given.delivery.store_id;
+        if let Some(ahead) = state.ahead.get_mut(store) {
+            *ahead = ahead.saturating_sub(1);
+            let now = *ahead;
+            if now == 0 {
+                state.ahead.remove(store);
+            }
+            if now == self.store_low() && state.parked.contains_key(store) {
+                self.signal.ring_fan_out(); // Its parked events are taken on again.
+            }
+        }
         let outbox = given.outbox;
         if !ok
             && given.carries.expiry
@@ -502,12 +554,83 @@ impl Drop for First {
         for key in self.state().given.keys() {
             self.signal.release(due_ms_of(key).unwrap_or(0));
         }
+        self.signal.set_parked(0);
     }
 }
 
 impl FirstAttempts for First {
     fn held(&self, key: &str) -> bool {
-        self.state().held.contains_key(key)
+        let state = self.state();
+        state.held.contains_key(key) || state.parked_keys.contains(key)
+    }
+
+    fn store_room(&self, store: &StoreId, unparked: bool) -> StoreRoom {
+        if !self.enabled {
+            return StoreRoom::Unbounded;
+        }
+        let state = self.state();
+        if state.parked_keys.len() >= self.max_parked {
+            // No more parked: its events go on, behind those parked or not.
+            return StoreRoom::Unbounded;
+        }
+        if !unparked && state.parked.contains_key(store) {
+            return StoreRoom::Behind;
+        }
+        let ahead = state.ahead.get(store).copied().unwrap_or(0);
+        StoreRoom::Left(self.store_ahead.saturating_sub(ahead))
+    }
+
+    fn park(&self, store: &StoreId, entries: Vec<(String, OutboxEntry)>) {
+        if entries.is_empty() {
+            return;
+        }
+        // Should the store's deliveries be settled meanwhile, the call sees it at its end
+        // (`parked_ready`).
+        let mut state = self.state();
+        let State {
+            parked,
+            parked_keys,
+            ..
+        } = &mut *state;
+        parked_keys.extend(entries.iter().map(|(key, _)| key.clone()));
+        parked.entry(store.clone()).or_default().extend(entries);
+        self.signal.set_parked(parked_keys.len());
+    }
+
+    fn unpark(&self, limit: usize) -> Vec<(String, OutboxEntry)> {
+        let mut state = self.state();
+        if state.parked.is_empty() {
+            return Vec::new();
+        }
+        let State {
+            parked,
+            parked_keys,
+            ahead,
+            ..
+        } = &mut *state;
+        let mut taken = Vec::new();
+        parked.retain(|store, entries| {
+            if ahead.get(store).copied().unwrap_or(0) > self.store_low() {
+                return true;
+            }
+            while taken.len() < limit
+                && let Some((key, entry)) = entries.pop_first()
+            {
+                parked_keys.remove(&key);
+                taken.push((key, entry));
+            }
+            !entries.is_empty()
+        });
+        self.signal.set_parked(parked_keys.len());
+        taken
+    }
+
+    fn parked_ready(&self) -> bool {
+        let state = self.state();
+        state
+            .parked
+            .keys()
+            .any(|store| state.ahead.get(store).copied().unwrap_or(0) <= self.store_low())
     }
 
     fn suspect(&self, key: &str) -> bool {
@@ -585,6 +708,7 @@ mod tests {
     use crate::model::clock::ManualClock;
     use crate::model::delivery::{DeliveryStatus, Outcome, attempts_prefix};
     use crate::model::event::{OUTBOX_PREFIX, OutboxEntry};
+    use crate::model::store::Store;
     use crate::service::Service;
     use crate::service::deliveries::queue::fan_out;
     use crate::service::deliveries::queue::tests::{paid, publish_paid_hooks, with_hooked_plugin};
@@ -1298,6 +1422,237 @@ mod tests {
         assert_eq!(calls.iter().sum::<usize>(), 30, "{calls:?}");
         assert_eq!(first.take_inbox().len(), 30 * 50);
         assert_eq!(outbox(&service), 30, "each kept");
+    }
+
+    /// Drains the fan-out's ring, returning whether it was rung.
+    fn rung(service: &Service) -> bool {
+        use futures::FutureExt;
+        let signal = service.db.delivery_signal();
+        signal.outbox_notified().now_or_never().is_some()
+    }
+
+    /// Records the first attempt of the delivery handed over as `key`, and settles it, as the
+    /// engine does.
+    fn settled(service: &Service, first: &First, key: &str) {
+        record_ok(service, first, key);
+        first.settle(key, true);
+    }
+
+    /// The keys of the deliveries handed over since the last call.
+    fn inbox_keys(first: &First) -> Vec<String> {
+        first
+            .take_inbox()
+            .into_iter()
+            .map(|(_, key, _)| key)
+            .collect()
+    }
+
+    /// A store whose plugin has ten webhooks taking `order.paid` (an event of it is heavy, ten
+    /// deliveries), with its install fanned out, and a `First` that parks past `ahead` of its
+    /// deliveries handed over.
+    fn store_with_ten_hooks(ahead: usize) -> (Service, Store, First, tempfile::TempDir) {
+        let (service, _clock, dir) = with_hooked_plugin();
+        publish_paid_hooks(&service, "ten", 10);
+        let store = service.create_store("ten.example").expect("store");
+        service.install(&store.id, "ten").expect("install");
+        fan_out(&service, service.now(), 256, None, |_, _, _| {}).expect("fan out");
+        let mut first = First::new(&service.db).expect("first");
+        first.store_ahead = ahead;
+        (service, store, first, dir)
+    }
+
+    #[test]
+    fn past_its_deliveries_ahead_a_stores_heavy_events_wait_parked_until_half_are_settled() {
+        let (service, store, first, _dir) = store_with_ten_hooks(20);
+        for n in 1..=4 {
+            paid(&service, &store, n);
+        }
+        rung(&service);
+        let call = fan_out_call(&service, &first);
+        assert_eq!(
+            call.entries, 2,
+            "two events, twenty deliveries: the other two parked"
+        );
+        assert!(
+            !call.more,
+            "nothing for the fan-out until the store has room"
+        );
+        let handed = inbox_keys(&first);
+        assert_eq!(handed.len(), 20);
+        assert_eq!(outbox(&service), 4, "the parked entries stay in the outbox");
+        assert_eq!(
+            service.db.delivery_signal().parked(),
+            2,
+            "counted for the metrics"
+        );
+        assert!(queued(&service).is_empty(), "nothing queued");
+        assert!(!rung(&service));
+        assert_eq!(
+            fan_out_with(&service, &first),
+            0,
+            "parked entries are passed over"
+        );
+
+        for key in &handed[..9] {
+            settled(&service, &first, key);
+        }
+        assert!(!rung(&service), "eleven still ahead");
+        assert_eq!(fan_out_with(&service, &first), 0);
+        settled(&service, &first, &handed[9]);
+        assert!(
+            rung(&service),
+            "ten left, half of twenty: the fan-out is rung"
+        );
+        let call = fan_out_call(&service, &first);
+        assert_eq!(call.entries, 1, "the third event; the fourth parked again");
+        assert!(!call.more);
+        let third = inbox_keys(&first);
+        assert_eq!(third.len(), 10);
+        for key in handed[10..].iter().chain(&third) {
+            settled(&service, &first, key);
+        }
+        assert!(rung(&service));
+        assert_eq!(fan_out_with(&service, &first), 1, "the fourth");
+        assert_eq!(service.db.delivery_signal().parked(), 0);
+        assert_eq!(inbox_keys(&first).len(), 10);
+        assert_eq!(deliveries(&service, &store).len(), 30, "thirty recorded");
+    }
+
+    #[test]
+    fn a_stores_events_committed_behind_its_parked_ones_wait_behind_them_and_another_stores_go_on()
+    {
+        let (service, store, first, _dir) = store_with_ten_hooks(20);
+        let other = service.create_store("other.example").expect("store");
+        service.install(&other.id, "ten").expect("install");
+        fan_out_with(&service, &first); // The other store's install.
+        first.take_inbox();
+        for n in 1..=3 {
+            paid(&service, &store, n);
+        }
+        assert_eq!(fan_out_with(&service, &first), 2, "the third parked");
+        let handed = inbox_keys(&first);
+        // Room for two more deliveries, but the parked event comes first.
+        settled(&service, &first, &handed[0]);
+        settled(&service, &first, &handed[1]);
+        let fourth = paid(&service, &store, 4);
+        let others = paid(&service, &other, 5);
+        assert_eq!(
+            fan_out_with(&service, &first),
+            1,
+            "the other store's event only"
+        );
+        let taken = first.take_inbox();
+        assert_eq!(taken.len(), 10);
+        assert!(taken.iter().all(|(_, _, work)| match work {
+            Work::Delivery(entry) => entry.event_id == others.id,
+            _ => false,
+        }));
+        for key in &handed[2..10] {
+            settled(&service, &first, key);
+        }
+        assert_eq!(fan_out_with(&service, &first), 1, "the third, in its turn");
+        let third = first.take_inbox();
+        assert_eq!(third.len(), 10);
+        assert!(third.iter().all(|(_, _, work)| match work {
+            Work::Delivery(entry) => entry.event_id != fourth.id,
+            _ => false,
+        }));
+        assert_eq!(
+            outbox(&service),
+            4,
+            "the first removed; the fourth still parked, the others kept"
+        );
+    }
+
+    #[test]
+    fn a_backlog_of_light_events_is_handed_over_whole_not_parked() {
+        let (service, store, _dir) = store_with_three_hooks();
+        let mut first = First::new(&service.db).expect("first");
+        first.store_ahead = 3;
+        for n in 1..=4 {
+            paid(&service, &store, n);
+        }
+        assert_eq!(fan_out_with(&service, &first), 4);
+        assert_eq!(first.take_inbox().len(), 12);
+    }
+
+    #[test]
+    fn a_full_park_parks_no_more_and_the_fan_out_hands_over_as_before() {
+        let (service, store, mut first, _dir) = store_with_ten_hooks(10);
+        first.max_parked = 1;
+        for n in 1..=3 {
+            paid(&service, &store, n);
+        }
+        assert_eq!(
+            fan_out_with(&service, &first),
+            1,
+            "the second and third parked"
+        );
+        assert_eq!(first.take_inbox().len(), 10);
+        paid(&service, &store, 4);
+        assert_eq!(
+            fan_out_with(&service, &first),
+            1,
+            "the park full: the fourth handed over, the second and third left parked"
+        );
+        assert_eq!(first.take_inbox().len(), 10);
+        assert_eq!(outbox(&service), 4);
+    }
+
+    #[test]
+    fn entries_taken_back_from_the_park_by_a_call_that_failed_are_found_by_the_next() {
+        use crate::model::event::event_key;
+        let (service, store, first, _dir) = store_with_ten_hooks(10);
+        paid(&service, &store, 1);
+        paid(&service, &store, 2);
+        let third = paid(&service, &store, 3);
+        assert_eq!(
+            fan_out_with(&service, &first),
+            1,
+            "the second and third parked"
+        );
+        let handed = inbox_keys(&first);
+        // The third's event unreadable: the call that takes them back fails at it.
+        let key = event_key(&store.id, &third.id);
+        service
+            .db
+            .tx(|tx| tx.write(&key, &"not an event"))
+            .expect("spoil");
+        for key in &handed {
+            settled(&service, &first, key);
+        }
+        let given = |_: queue::ReadEvent, key: &str, given| first.give(key, given);
+        let failed = fan_out(&service, service.now(), 256, first.attempts(), given);
+        assert!(failed.is_err());
+        assert!(first.take_inbox().is_empty(), "nothing committed");
+        service.db.tx(|tx| tx.write(&key, &third)).expect("mend");
+        assert_eq!(
+            fan_out_with(&service, &first),
+            1,
+            "the second, the third parked again"
+        );
+        for key in &inbox_keys(&first) {
+            settled(&service, &first, key);
+        }
+        assert_eq!(fan_out_with(&service, &first), 1, "the third");
+        assert_eq!(first.take_inbox().len(), 10);
+    }
+
+    #[test]
+    fn parked_entries_are_fanned_out_by_the_next_engine_after_a_stop() {
+        let (service, store, first, _dir) = store_with_ten_hooks(10);
+        for n in 1..=3 {
+            paid(&service, &store, n);
+        }
+        assert_eq!(fan_out_with(&service, &first), 1);
+        drop(first);
+        let next = First::new(&service.db).expect("first");
+        assert_eq!(fan_out_with(&service, &next), 3, "each found in the outbox");
+        assert_eq!(
+            next.take_inbox().len(),
+            30,
+            "the first's made again (at least once)"
+        );
     }
 
     #[test]

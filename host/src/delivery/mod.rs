@@ -2315,12 +2315,17 @@ mod tests {
         };
         let (service, _clock, _dir) = with_hooked_plugin();
         publish_paid_hooks(&service, "loud", 50);
-        let loud = service.create_store("loud.example").expect("store");
-        service.install(&loud.id, "loud").expect("install");
         let shared = shared_on(&service, Fair::new(64, 8, 8));
-        // A burst of the loud store, handed over in memory: more than a lane reads from storage.
-        for n in 0..100 {
-            paid(&service, &loud, n);
+        // Bursts of three loud stores, handed over in memory (each up to its bound,
+        // `first::STORE_AHEAD`): more than a lane reads from storage.
+        for s in 0..3 {
+            let loud = service
+                .create_store(&format!("loud{s}.example"))
+                .expect("store");
+            service.install(&loud.id, "loud").expect("install");
+            for n in 0..50 {
+                paid(&service, &loud, n);
+            }
         }
         let first = shared.first.attempts();
         while queue::fan_out(&service, service.now(), 256, first, |_, key, given| {
@@ -2336,7 +2341,11 @@ mod tests {
                 .ready
                 .insert(key, Entry::Made(work));
         }
-        assert_eq!(shared.first.given(), 5000);
+        // Each store's events taken until their deliveries reach the bound: the rest parked.
+        assert_eq!(
+            shared.first.given(),
+            3 * first::STORE_AHEAD.div_ceil(50) * 50
+        );
         assert!(lanes.lanes[webhooks].ready.len() > READY_HARD_MAX);
         // Another store's work, queued behind them.
         let _ = shared.wake.take_earliest();

@@ -35,7 +35,8 @@ pub async fn metrics(State(app): State<AppState>) -> Result<Response, Error> {
         let now = service.now();
         let (due, oldest) =
             crate::service::deliveries::queue::due_stats(&service.db, now, QUEUE_SCAN_LIMIT)?;
-        service.metrics.queue(due, oldest);
+        let parked = service.db.delivery_signal().parked();
+        service.metrics.queue(due, oldest, parked);
         service.metrics.hosts_live(service.peers.live().len());
         if let Some(commits) = service.db.commit_stats() {
             service.metrics.storage_commits(

@@ -36,6 +36,9 @@ pub struct Signal {
     held: Mutex<std::collections::BTreeMap<u64, usize>>,
     /// See [`Signal::take_outbox_earliest`].
     outbox_earliest: Mutex<Option<String>>,
+    /// Outbox entries the engine's fan-out holds parked (see
+    /// [`crate::service::deliveries::queue::FirstAttempts::park`]), for the metrics.
+    parked: std::sync::atomic::AtomicUsize,
 }
 
 impl Signal {
@@ -54,6 +57,23 @@ impl Signal {
     pub fn ring(&self) {
         self.note_outbox(String::new());
         self.notify.notify_one();
+        self.outbox.notify_one();
+    }
+
+    /// Notes how many outbox entries the fan-out holds parked.
+    pub fn set_parked(&self, parked: usize) {
+        self.parked
+            .store(parked, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How many outbox entries the fan-out holds parked.
+    pub fn parked(&self) -> usize {
+        self.parked.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Rings the fan-out without naming an entry: it reads on from where it left off (the
+    /// engine settled deliveries of a store whose events wait, parked, for room).
+    pub fn ring_fan_out(&self) {
         self.outbox.notify_one();
     }
 

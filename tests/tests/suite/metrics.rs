@@ -130,6 +130,16 @@ async fn requests_are_counted_by_route_template_and_status_with_the_429s() {
         again.get("commerce_host_delivery_queue_oldest_due_age_seconds", &[]),
         Some(0.0)
     );
+    // No event waits parked for its store's room.
+    assert_eq!(
+        again.get("commerce_host_delivery_events_parked", &[]),
+        Some(0.0)
+    );
+    assert!(
+        again
+            .text
+            .contains("# TYPE commerce_host_delivery_events_parked gauge")
+    );
 }
 
 #[tokio::test]

@@ -10,8 +10,8 @@
 //! has the database to itself, the fan-out may keep the outbox entry instead, for first attempts
 //! the engine makes from memory ([`FirstAttempts`]), and remove it once they are recorded.
 
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
@@ -128,6 +128,35 @@ pub trait FirstAttempts {
     fn listed_from(&self) -> Option<String>;
     /// The next call lists the outbox after `key` (`None`: from the head).
     fn list_next_after(&self, key: Option<String>);
+    /// What room `store` has for its next entry's deliveries (see [`StoreRoom`]); `unparked`:
+    /// the entry was taken back from the park for this call.
+    fn store_room(&self, store: &StoreId, unparked: bool) -> StoreRoom;
+    /// Parks `entries`, `store`'s, listed and not taken: they wait in memory (their outbox
+    /// entries kept, and passed over by the listing as held) until the engine has settled enough
+    /// of the store's deliveries handed over, and are then taken back
+    /// ([`FirstAttempts::unpark`]). A store's burst waits in the outbox, not as deliveries in
+    /// the engine's memory, while other stores' events go on.
+    fn park(&self, store: &StoreId, entries: Vec<(String, OutboxEntry)>);
+    /// Takes back up to `limit` parked entries of the stores with room again, each store's in
+    /// key order.
+    fn unpark(&self, limit: usize) -> Vec<(String, OutboxEntry)>;
+    /// Whether a store with parked entries has room again: the fan-out calls again at once.
+    fn parked_ready(&self) -> bool;
+}
+
+/// What room a store has for its next outbox entry's deliveries ([`FirstAttempts::store_room`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreRoom {
+    /// No bound: nothing is handed over, or the park is full.
+    Unbounded,
+    /// The store has entries parked: the entry waits behind them, parked too, unread (a
+    /// store's events go in the order they were committed).
+    Behind,
+    /// How many more of its deliveries may be handed over: once none may, its next heavy event
+    /// is parked, and the store's entries after it. A light event (a few deliveries) is not:
+    /// its deliveries ahead take hardly more memory than its entry parked, and a backlog of
+    /// them (a component's events, one delivery each) drained slower parked.
+    Left(usize),
 }
 
 /// A delivery handed to the engine in memory for its first attempt (see [`FirstAttempts`]): the
@@ -262,11 +291,75 @@ fn fan_out_listed(
     limit: usize,
     first: Option<&dyn FirstAttempts>,
     done: &mut Alongside,
+    fanned_out: impl FnMut(ReadEvent, &str, Handed),
+) -> Result<FannedOut> {
+    let (mut listed, full) = list_outbox(&service.db, limit, first)?;
+    let last_listed = listed.last().map(|(key, _)| key.clone()).filter(|_| full);
+    // Parked entries whose stores have room again, with those listed (each store's in key
+    // order); any left at the call's end go back to the park.
+    let unparked = first.map(|f| f.unpark(limit)).unwrap_or_default();
+    let from_park: HashSet<String> = unparked.iter().map(|(key, _)| key.clone()).collect();
+    if !unparked.is_empty() {
+        listed.extend(unparked);
+        listed.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    }
+    let listing = Listing {
+        listed,
+        full,
+        last_listed,
+        from_park: &from_park,
+    };
+    let fanned = fan_out_taken(service, now, listing, first, done, fanned_out);
+    if fanned.is_err()
+        && let Some(first) = first
+    {
+        // What the call took and did not commit (entries taken back from the park among them)
+        // is neither held nor parked: the next listing reads from the head, past those that are.
+        first.list_next_after(None);
+    }
+    fanned
+}
+
+/// Parks the entry `key` and the entries of its store left in `turns`; returns how many.
+fn park(
+    first: &dyn FirstAttempts,
+    turns: &mut StoreTurns,
+    key: String,
+    entry: OutboxEntry,
+) -> usize {
+    let store = entry.store_id.clone();
+    let mut entries = vec![(key, entry)];
+    entries.extend(turns.take_store(&store));
+    let parked = entries.len();
+    first.park(&store, entries);
+    parked
+}
+
+/// The entries one call of [`fan_out`] takes: those listed from the outbox (`full`: as many as
+/// asked for, the last one `last_listed`), and those taken back from the park (`from_park`).
+struct Listing<'a> {
+    listed: Vec<(String, OutboxEntry)>,
+    full: bool,
+    last_listed: Option<String>,
+    from_park: &'a HashSet<String>,
+}
+
+/// [`fan_out_listed`] over the entries of `listing`.
+fn fan_out_taken(
+    service: &Service,
+    now: Timestamp,
+    listing: Listing<'_>,
+    first: Option<&dyn FirstAttempts>,
+    done: &mut Alongside,
     mut fanned_out: impl FnMut(ReadEvent, &str, Handed),
 ) -> Result<FannedOut> {
     let db = &service.db;
-    let (mut listed, full) = list_outbox(db, limit, first)?;
-    let last_listed = listed.last().map(|(key, _)| key.clone()).filter(|_| full);
+    let Listing {
+        mut listed,
+        full,
+        last_listed,
+        from_park,
+    } = listing;
     // Hosts sharing the database list the same entries: each fans out the events of its own
     // stores, and another host's once they have waited (see `peers`); and within that each starts
     // each store's backlog at a part of its own, so that two hosts do not both fan out the same
@@ -289,6 +382,8 @@ fn fan_out_listed(
     // The heavy events read (and their deliveries), and the light ones, committed before them.
     let (mut chunk, mut light): (Vec<Prepared>, Vec<Prepared>) = (Vec::new(), Vec::new());
     let (mut deliveries, mut made, mut made_light, mut taken) = (0, 0, 0, 0);
+    // Entries parked for want of their store's room (not those put back at the call's end).
+    let mut parked = 0;
     // Commits the entries gathered in `chunk` (if any) in one transaction; returns how many.
     let mut room = first.map(FirstAttempts::room);
     let mut commit = |chunk: &mut Vec<Prepared>| -> Result<usize> {
@@ -334,8 +429,15 @@ fn fan_out_listed(
             waiting: deliveries,
         };
         if call_ends(heavy, made_light, started.elapsed()) {
-            ended_before = Some(key);
+            ended_before = Some((key, entry));
             break;
+        }
+        let store_room = first.map_or(StoreRoom::Unbounded, |f| {
+            f.store_room(&entry.store_id, from_park.contains(&key))
+        });
+        if let (Some(first), StoreRoom::Behind) = (first, store_room) {
+            parked += park(first, &mut turns, key, entry);
+            continue;
         }
         let event: Option<ReadEvent> =
             db.read_sized(&event_key(&entry.store_id, &entry.event_id))?;
@@ -352,6 +454,21 @@ fn fan_out_listed(
             }
             None => Vec::new(),
         };
+        if let (Some(first), StoreRoom::Left(left)) = (first, store_room)
+            && !is_light(candidates.len())
+        {
+            // The deliveries of the store's events read and not yet handed over.
+            let unhanded: usize = chunk
+                .iter()
+                .chain(&light)
+                .filter(|(_, read, ..)| read.store_id == entry.store_id)
+                .map(|(.., candidates)| candidates.len())
+                .sum();
+            if unhanded >= left {
+                parked += park(first, &mut turns, key, entry); // Its event read again then.
+                continue;
+            }
+        }
         turns.charge(&entry.store_id, candidates.len());
         taken += 1;
         if is_light(candidates.len()) {
@@ -375,8 +492,31 @@ fn fan_out_listed(
     commit(&mut light)?;
     commit(&mut chunk)?;
     if let Some(first) = first {
-        // Every entry listed before the first one left is taken (held or removed): the next
-        // call reads from there, or on from the last one read when none was left.
+        // Entries taken back from the park and left go back to it; of the others, every entry
+        // listed before the first one left is taken (held, parked or removed): the next call
+        // reads from there, or on from the last one read when none was left.
+        let mut unpark_left = if from_park.is_empty() {
+            Vec::new()
+        } else {
+            turns.take_all(|key| from_park.contains(key))
+        };
+        let ended_before = match ended_before {
+            Some((key, entry)) if from_park.contains(&key) => {
+                unpark_left.push((key, entry));
+                None
+            }
+            other => other.map(|(key, _)| key),
+        };
+        let mut by_store: HashMap<StoreId, Vec<(String, OutboxEntry)>> = HashMap::new();
+        for (key, entry) in unpark_left {
+            by_store
+                .entry(entry.store_id.clone())
+                .or_default()
+                .push((key, entry));
+        }
+        for (store, entries) in by_store {
+            first.park(&store, entries);
+        }
         let left = [ended_before.as_deref(), turns.first_left()];
         match left.into_iter().flatten().min() {
             Some(left) => first.list_next_after(Some(just_before(left).to_owned())),
@@ -391,7 +531,10 @@ fn fan_out_listed(
         entries: taken,
         // A full listing of other hosts' entries only is not more for this host: it waits for
         // the next commit (theirs included) or poll instead of listing them again at once.
-        more: (full && count > 0) || taken < count,
+        // Entries parked wait for their stores' room, which calls the fan-out again.
+        more: (full && count > 0)
+            || taken + parked < count
+            || first.is_some_and(FirstAttempts::parked_ready),
     })
 }
 
@@ -516,6 +659,28 @@ impl StoreTurns {
             .filter(|(.., entries)| !entries.is_empty())
             .min_by_key(|(_, charged, _)| *charged)?;
         entries.pop_front()
+    }
+
+    /// Takes the entries left of `store`, in key order.
+    fn take_store(&mut self, store: &StoreId) -> Backlog {
+        self.stores
+            .iter_mut()
+            .find(|(id, ..)| id == store)
+            .map(|(.., entries)| std::mem::take(entries))
+            .unwrap_or_default()
+    }
+
+    /// Takes the entries left whose keys `taking` takes.
+    fn take_all(&mut self, taking: impl Fn(&str) -> bool) -> Vec<(String, OutboxEntry)> {
+        let mut taken = Vec::new();
+        for (.., entries) in &mut self.stores {
+            let (take, keep): (Backlog, Backlog) = std::mem::take(entries)
+                .into_iter()
+                .partition(|(key, _)| taking(key));
+            *entries = keep;
+            taken.extend(take);
+        }
+        taken
     }
 
     /// The first entry left (in key order), if any.
@@ -1459,6 +1624,16 @@ pub(crate) mod tests {
         }
         fn list_next_after(&self, key: Option<String>) {
             *self.cursor.lock().expect("cursor") = key;
+        }
+        fn store_room(&self, _: &StoreId, _: bool) -> StoreRoom {
+            StoreRoom::Unbounded
+        }
+        fn park(&self, _: &StoreId, _: Vec<(String, OutboxEntry)>) {}
+        fn unpark(&self, _: usize) -> Vec<(String, OutboxEntry)> {
+            Vec::new()
+        }
+        fn parked_ready(&self) -> bool {
+            false
         }
     }
 
