@@ -47,10 +47,14 @@ pub const MAX_GIVEN: usize = 16_384;
 /// A store's deliveries handed over and not settled at most, before its next heavy event and
 /// those after it are parked ([`FirstAttempts::park`], [`StoreRoom`]): a store's burst waits in
 /// the outbox (its entries listed, in memory), not as deliveries made ahead of their attempts,
-/// and it is taken on again once the store's deliveries handed over are down to half of it. Well above what one store's attempts
-/// run at once (half the engine's pool at most), so that its attempts never wait for the
-/// fan-out; the memory a burst's deliveries take ahead of their attempts, touched for the first
-/// time in a fresh process, cost the fan-out more than the fan-out itself (see PERFORMANCE.md).
+/// and it is taken on again once the store's deliveries handed over are down to half of it.
+/// Well above what one store's attempts run at once (half an engine's pool at most: 32 webhook
+/// attempts, 64 invocations by default), so that half of it is still plenty of work for them
+/// when the fan-out is rung; an engine with larger pools raises it to four times their places
+/// ([`First::for_pools`]), up to [`MAX_GIVEN`]. Without it, a burst's
+/// deliveries were all made at once, about a kilobyte each, in memory touched for the first
+/// time: page faults were 17.7 % of the fan-out burst's CPU samples (see PERFORMANCE.md, the
+/// thirty-eighth pass).
 pub const STORE_AHEAD: usize = 2048;
 
 /// Outbox entries parked at most, over all stores: past it, nothing more is parked and the
@@ -199,6 +203,16 @@ impl First {
             signal: db.delivery_signal(),
             state: Mutex::default(),
         })
+    }
+
+    /// The state for an engine whose pools hold `places` attempts together: a store's
+    /// deliveries handed over are bounded at four times that if it is more than
+    /// [`STORE_AHEAD`] (up to [`MAX_GIVEN`]).
+    pub fn for_pools(mut self, places: usize) -> Self {
+        self.store_ahead = STORE_AHEAD
+            .max(places.saturating_mul(4))
+            .min(self.max_given);
+        self
     }
 
     /// A store's deliveries handed over at or under which its parked events are taken on again.
@@ -1562,6 +1576,15 @@ mod tests {
             4,
             "the first removed; the fourth still parked, the others kept"
         );
+    }
+
+    #[test]
+    fn an_engine_with_large_pools_lets_a_store_have_four_times_their_places_ahead() {
+        let (service, _clock, _dir) = with_hooked_plugin();
+        let first = |places| First::new(&service.db).expect("first").for_pools(places);
+        assert_eq!(first(200).store_ahead, STORE_AHEAD, "the default pools'");
+        assert_eq!(first(1_000).store_ahead, 4_000);
+        assert_eq!(first(100_000).store_ahead, MAX_GIVEN);
     }
 
     #[test]

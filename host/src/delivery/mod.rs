@@ -449,7 +449,7 @@ impl Shared {
         recorder: mpsc::UnboundedSender<Pending>,
         invoker: invoker::Invoker,
     ) -> Result<Self> {
-        let first = Arc::new(first::First::new(&service.db)?);
+        let first = Arc::new(first::First::new(&service.db)?.for_pools(fair.free()));
         Ok(Self {
             http: HttpClient::new(service.network.clone(), timeouts)?,
             mail,
