@@ -365,16 +365,16 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_caller_whose_job_is_running_waits_for_its_result_without_looking_again() {
-        // A job held for 100 stalls: its caller looks again at most once (the stall it took to
-        // see the job taken), where one that looked each stall would have looked about 100
-        // times.
+        // A job held for 100 stalls: its caller looks again only until it sees the job taken
+        // (once, or a few times where a loaded machine is slow to wake the job's thread: CI
+        // once saw 2), where one that looked each stall would have looked about 100 times.
         let pool = Arc::new(Invoker::new(4, 1, Duration::from_millis(1)));
         let (release, job) = held(&pool).await;
         tokio::time::sleep(Duration::from_millis(100)).await;
         release.send(()).expect("release");
         assert!(job.await.expect("task").is_ok());
         let looks = pool.shared.lock().looks;
-        assert!(looks <= 1, "looked again {looks} times while its job ran");
+        assert!(looks <= 5, "looked again {looks} times while its job ran");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
