@@ -594,11 +594,11 @@ impl FirstAttempts for First {
         StoreRoom::Left(self.store_ahead.saturating_sub(ahead))
     }
 
-    fn park(&self, store: &StoreId, entries: Vec<(String, OutboxEntry)>) {
+    fn park(&self, entries: Vec<(String, OutboxEntry)>) {
         if entries.is_empty() {
             return;
         }
-        // Should the store's deliveries be settled meanwhile, the call sees it at its end
+        // Should the stores' deliveries be settled meanwhile, the call sees it at its end
         // (`parked_ready`).
         let mut state = self.state();
         let State {
@@ -606,8 +606,18 @@ impl FirstAttempts for First {
             parked_keys,
             ..
         } = &mut *state;
-        parked_keys.extend(entries.iter().map(|(key, _)| key.clone()));
-        parked.entry(store.clone()).or_default().extend(entries);
+        for (key, entry) in entries {
+            parked_keys.insert(key.clone());
+            match parked.get_mut(&entry.store_id) {
+                Some(store) => {
+                    store.insert(key, entry);
+                }
+                None => {
+                    let store = entry.store_id.clone();
+                    parked.insert(store, BTreeMap::from([(key, entry)]));
+                }
+            }
+        }
         self.signal.set_parked(parked_keys.len());
     }
 

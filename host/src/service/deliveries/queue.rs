@@ -131,12 +131,12 @@ pub trait FirstAttempts {
     /// What room `store` has for its next entry's deliveries (see [`StoreRoom`]); `unparked`:
     /// the entry was taken back from the park for this call.
     fn store_room(&self, store: &StoreId, unparked: bool) -> StoreRoom;
-    /// Parks `entries`, `store`'s, listed and not taken: they wait in memory (their outbox
+    /// Parks `entries`, listed and not taken (each of its store): they wait in memory (their outbox
     /// entries kept, and passed over by the listing as held) until the engine has settled enough
     /// of the store's deliveries handed over, and are then taken back
     /// ([`FirstAttempts::unpark`]). A store's burst waits in the outbox, not as deliveries in
     /// the engine's memory, while other stores' events go on.
-    fn park(&self, store: &StoreId, entries: Vec<(String, OutboxEntry)>);
+    fn park(&self, entries: Vec<(String, OutboxEntry)>);
     /// Takes back up to `limit` parked entries of the stores with room again, each store's in
     /// key order.
     fn unpark(&self, limit: usize) -> Vec<(String, OutboxEntry)>;
@@ -331,7 +331,7 @@ fn park(
     let mut entries = vec![(key, entry)];
     entries.extend(turns.take_store(&store));
     let parked = entries.len();
-    first.park(&store, entries);
+    first.park(entries);
     parked
 }
 
@@ -507,16 +507,7 @@ fn fan_out_taken(
             }
             other => other.map(|(key, _)| key),
         };
-        let mut by_store: HashMap<StoreId, Vec<(String, OutboxEntry)>> = HashMap::new();
-        for (key, entry) in unpark_left {
-            by_store
-                .entry(entry.store_id.clone())
-                .or_default()
-                .push((key, entry));
-        }
-        for (store, entries) in by_store {
-            first.park(&store, entries);
-        }
+        first.park(unpark_left);
         let left = [ended_before.as_deref(), turns.first_left()];
         match left.into_iter().flatten().min() {
             Some(left) => first.list_next_after(Some(just_before(left).to_owned())),
@@ -1628,7 +1619,7 @@ pub(crate) mod tests {
         fn store_room(&self, _: &StoreId, _: bool) -> StoreRoom {
             StoreRoom::Unbounded
         }
-        fn park(&self, _: &StoreId, _: Vec<(String, OutboxEntry)>) {}
+        fn park(&self, _: Vec<(String, OutboxEntry)>) {}
         fn unpark(&self, _: usize) -> Vec<(String, OutboxEntry)> {
             Vec::new()
         }
