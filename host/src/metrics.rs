@@ -250,7 +250,7 @@ impl Metrics {
             );
             describe_gauge!(
                 EVENTS_PARKED,
-                "Committed events whose fan-out waits, parked in memory, for their store's deliveries ahead of their attempts to fall to half of 2048 (one host with its own database)."
+                "Committed events whose fan-out waits, parked in memory, for their store's deliveries ahead of their attempts to fall to half of its bound (2048 by default; one host with its own database)."
             );
             describe_gauge!(
                 HOSTS_LIVE,

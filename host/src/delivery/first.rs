@@ -752,10 +752,26 @@ mod tests {
         ManualClock,
         tempfile::TempDir,
     ) {
+        store_and_clock_with_hooks("three", 3)
+    }
+
+    /// A store whose plugin `name` has `hooks` webhooks taking `order.paid`, with its install
+    /// fanned out (no first attempts from memory) and any deliveries it queued cleared.
+    fn store_and_clock_with_hooks(
+        name: &str,
+        hooks: usize,
+    ) -> (
+        Service,
+        crate::model::store::Store,
+        ManualClock,
+        tempfile::TempDir,
+    ) {
         let (service, clock, dir) = with_hooked_plugin();
-        publish_paid_hooks(&service, "three", 3);
-        let store = service.create_store("three.example").expect("store");
-        service.install(&store.id, "three").expect("install");
+        publish_paid_hooks(&service, name, hooks);
+        let store = service
+            .create_store(&format!("{name}.example"))
+            .expect("store");
+        service.install(&store.id, name).expect("install");
         fan_out(&service, service.now(), 256, None, |_, _, _| {}).expect("fan out");
         let queued = due(&service.db, WorkKind::Webhook, service.now(), None, 100).expect("due");
         for (key, _) in queued {
@@ -1475,11 +1491,7 @@ mod tests {
     /// deliveries), with its install fanned out, and a `First` that parks past `ahead` of its
     /// deliveries handed over.
     fn store_with_ten_hooks(ahead: usize) -> (Service, Store, First, tempfile::TempDir) {
-        let (service, _clock, dir) = with_hooked_plugin();
-        publish_paid_hooks(&service, "ten", 10);
-        let store = service.create_store("ten.example").expect("store");
-        service.install(&store.id, "ten").expect("install");
-        fan_out(&service, service.now(), 256, None, |_, _, _| {}).expect("fan out");
+        let (service, store, _clock, dir) = store_and_clock_with_hooks("ten", 10);
         let mut first = First::new(&service.db).expect("first");
         first.store_ahead = ahead;
         (service, store, first, dir)
