@@ -26,7 +26,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use foldhash::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use jiff::Timestamp;
 
@@ -35,6 +35,8 @@ use crate::model::error::Result;
 use crate::model::event::{OUTBOX_KEPT_MARK, OutboxEntry};
 use crate::model::ids::StoreId;
 use crate::model::work::{Work, WorkKind, due_ms_of};
+
+use super::recent::RecentEvent;
 use crate::service::deliveries::queue::{
     self, Alongside, FirstAttempts, Handed, PendingExpiry, StoreRoom, Stored,
 };
@@ -145,12 +147,31 @@ struct Held {
 }
 
 /// A delivery handed over.
+/// A delivery handed over, as its attempt takes it ([`First::handed`]).
+#[derive(Debug, Clone)]
+pub struct Made {
+    /// The delivery as made: its queue entry was never written, and the delivery perhaps not
+    /// either (the recorder is handed it with the attempt).
+    pub delivery: Arc<Delivery>,
+    /// Whether its event was fanned out alone ([`Handed::alone`]): only such a delivery's record
+    /// may write besides ([`First::alongside`]).
+    pub alone: bool,
+    /// Its event, while the recent events keep it: an event fanned out to 50 targets is found
+    /// by its 50 attempts without building its key and looking it up 50 times. Once let go
+    /// (the recent events past their bounds), the attempt looks it up, or reads it.
+    pub event: Weak<RecentEvent>,
+}
+
 #[derive(Debug)]
 struct Given {
     /// Its event's outbox entry (shared by the entry's deliveries).
     outbox: Arc<str>,
     /// The delivery as made.
     delivery: Arc<Delivery>,
+    /// Its event as the fan-out kept it among the recent ones ([`super::recent`]), while they
+    /// keep it: its attempt need not look it up. Weak, so that what is handed over holds no
+    /// event past the recent events' bounds.
+    event: Weak<RecentEvent>,
     /// Who writes it, if anyone yet.
     written: Written,
     /// Whether its event was fanned out alone ([`Handed::alone`]): the last of the event's
@@ -264,8 +285,9 @@ impl First {
     }
 
     /// Takes the deliveries of the outbox entry `outbox` that the fan-out handed over, with its
-    /// event's expiry record if the fan-out left it to be written with them.
-    pub fn give(&self, outbox: &str, handed: Handed) {
+    /// event's expiry record if the fan-out left it to be written with them, and the event as the
+    /// recent events keep it (see [`Made::event`]).
+    pub fn give(&self, outbox: &str, handed: Handed, event: Weak<RecentEvent>) {
         if handed.is_empty() {
             return;
         }
@@ -298,6 +320,7 @@ impl First {
             let given = Given {
                 outbox: outbox.clone(),
                 delivery: Arc::new(delivery),
+                event: event.clone(),
                 written: Written::No,
                 alone,
                 carries: Carries::default(),
@@ -435,18 +458,22 @@ impl First {
     /// The delivery handed over as `key`, as it was made (`None`: it was queued).
     #[cfg(test)]
     pub fn made(&self, key: &str) -> Option<Arc<Delivery>> {
-        self.made_alone(key).map(|(made, _)| made)
+        self.handed(key).map(|made| made.delivery)
     }
 
-    /// [`First::made`], and whether its event was fanned out alone ([`Handed::alone`]): only
-    /// such a delivery's record may write besides ([`First::alongside`]).
-    pub fn made_alone(&self, key: &str) -> Option<(Arc<Delivery>, bool)> {
+    /// The delivery handed over as `key` as it was made, with what its attempt takes besides
+    /// (`None`: it was queued).
+    pub fn handed(&self, key: &str) -> Option<Made> {
         if !self.enabled {
             return None;
         }
         let state = self.state();
         let given = state.given.get(key)?;
-        Some((given.delivery.clone(), given.alone))
+        Some(Made {
+            delivery: given.delivery.clone(),
+            alone: given.alone,
+            event: given.event.clone(),
+        })
     }
 
     /// What the transaction that records the first attempt of the delivery handed over as
@@ -782,7 +809,7 @@ mod tests {
 
     /// One fan-out call with `first`, its deliveries handed over.
     fn fan_out_call(service: &Service, first: &First) -> queue::FannedOut {
-        let given = |_: queue::ReadEvent, key: &str, given| first.give(key, given);
+        let given = |_: queue::ReadEvent, key: &str, given| first.give(key, given, Weak::new());
         fan_out(service, service.now(), 256, first.attempts(), given).expect("fan out")
     }
 
@@ -1137,7 +1164,7 @@ mod tests {
         let given = first.take_inbox();
         assert_eq!(given.len(), 3, "each delivery handed over");
         for (_, key, _) in &given {
-            assert!(first.made_alone(key).expect("made").1, "fanned out alone");
+            assert!(first.handed(key).expect("made").alone, "fanned out alone");
         }
         assert_eq!(
             expiries_of(service, &event),
@@ -1225,7 +1252,7 @@ mod tests {
             assert_eq!(expiries_of(&service, event), 1, "written by the fan-out");
         }
         for (_, key, _) in first.take_inbox() {
-            let (_, alone) = first.made_alone(&key).expect("made");
+            let alone = first.handed(&key).expect("made").alone;
             assert!(!alone, "not fanned out alone");
             assert!(first.alongside(&key).is_empty(), "nothing written besides");
             record_ok(&service, &first, &key);
@@ -1666,7 +1693,7 @@ mod tests {
         for key in &handed {
             settled(&service, &first, key);
         }
-        let given = |_: queue::ReadEvent, key: &str, given| first.give(key, given);
+        let given = |_: queue::ReadEvent, key: &str, given| first.give(key, given, Weak::new());
         let failed = fan_out(&service, service.now(), 256, first.attempts(), given);
         assert!(failed.is_err());
         assert!(first.take_inbox().is_empty(), "nothing committed");

@@ -142,11 +142,9 @@ enum Job {
 
 /// The delivery an attempt is for.
 enum Attempting {
-    /// Handed over for its first attempt (see [`first`]), as made: its queue entry was never
-    /// written, and the delivery perhaps not either (the recorder is handed it with the attempt);
-    /// and whether its event was fanned out alone (its record may write besides, see
-    /// [`first::First::alongside`]; that of an event fanned out with others never does).
-    Made(Arc<crate::model::delivery::Delivery>, bool),
+    /// Handed over for its first attempt (see [`first`]), as made, with its event while the
+    /// recent events keep it.
+    Made(first::Made),
     /// Claimed from its stored record.
     Claimed(Box<crate::model::delivery::Delivery>),
 }
@@ -154,15 +152,23 @@ enum Attempting {
 impl Attempting {
     fn delivery(&self) -> &crate::model::delivery::Delivery {
         match self {
-            Attempting::Made(made, _) => made,
+            Attempting::Made(made) => &made.delivery,
             Attempting::Claimed(claimed) => claimed,
+        }
+    }
+
+    /// Its event, for one handed over while the recent events keep it.
+    fn event(&self) -> Option<Arc<recent::RecentEvent>> {
+        match self {
+            Attempting::Made(made) => made.event.upgrade(),
+            Attempting::Claimed(_) => None,
         }
     }
 
     /// The delivery as made, for one handed over.
     fn made(&self) -> Option<Arc<crate::model::delivery::Delivery>> {
         match self {
-            Attempting::Made(made, _) => Some(made.clone()),
+            Attempting::Made(made) => Some(made.delivery.clone()),
             Attempting::Claimed(_) => None,
         }
     }
@@ -662,14 +668,15 @@ async fn fan_out(shared: Arc<Shared>, poll: Duration, mut stopped: watch::Receiv
                 tracing::error!(error = %format!("{e:#}"), "delivery engine: writing deliveries pending");
             }
             let first = shared.first.attempts();
-            queue::fan_out(service, service.now(), BATCH, first, |event, key, first| {
-                shared.keep_event(event);
-                if first.is_empty() {
-                    return;
-                }
-                shared.first.give(key, first);
-                shared.done.notify_one(); // The engine's next round takes them.
-            })
+            queue::fan_out(
+                service,
+                service.now(),
+                BATCH,
+                first,
+                |event, key, handed| {
+                    shared.fanned_out(event, key, handed);
+                },
+            )
         });
         match fanned {
             Ok(fanned) if fanned.more => {
@@ -1257,7 +1264,7 @@ impl Shared {
         // A delivery handed over for its first attempt is this host's, as made: not read.
         let (given, starting): (Vec<_>, Vec<_>) = starting
             .into_iter()
-            .map(|(key, entry, ticket)| (self.first.made_alone(&key), (key, entry, ticket)))
+            .map(|(key, entry, ticket)| (self.first.handed(&key), (key, entry, ticket)))
             .partition(|(made, _)| made.is_some());
         let deliveries: Vec<(&str, &DueEntry)> = starting
             .iter()
@@ -1268,12 +1275,7 @@ impl Shared {
         let mut jobs = Vec::with_capacity(starting.len() + given.len());
         for (made, (key, entry, ticket)) in given {
             if let Some(made) = made {
-                let (made, alone) = made;
-                jobs.push((
-                    key,
-                    Job::Attempt(entry, Attempting::Made(made, alone)),
-                    ticket,
-                ));
+                jobs.push((key, Job::Attempt(entry, Attempting::Made(made)), ticket));
             }
         }
         for (_, (key, entry, ticket)) in starting {
@@ -1517,6 +1519,8 @@ impl Shared {
                     &entry.event_id,
                 ))?
                 .map(|event| Arc::new(recent::RecentEvent::new(event)))
+            } else if let Some(kept) = attempting.event() {
+                Some(kept)
             } else {
                 self.event(&entry.store_id, &entry.event_id)?
             };
@@ -1594,11 +1598,17 @@ impl Shared {
         Ok(Some(self.events.keep(key, event, bytes)))
     }
 
-    /// Keeps an event just fanned out, with its stored size, among the recent ones (see
-    /// [`Shared::event`]): its attempts follow.
-    fn keep_event(&self, (event, bytes): queue::ReadEvent) {
+    /// Takes an event just fanned out: keeps it, with its stored size, among the recent ones
+    /// (see [`Shared::event`]), as its attempts follow, and takes the deliveries handed over for
+    /// their first attempts (see [`first`]), with the event as kept.
+    fn fanned_out(&self, (event, bytes): queue::ReadEvent, outbox: &str, handed: queue::Handed) {
         let key = crate::model::event::event_key(&event.store.id, &event.id);
-        self.events.keep(key, event, bytes);
+        let kept = self.events.keep(key, event, bytes);
+        if handed.is_empty() {
+            return;
+        }
+        self.first.give(outbox, handed, Arc::downgrade(&kept));
+        self.done.notify_one(); // The engine's next round takes them.
     }
 
     /// An attempt made, as the recorder takes it (with the delivery as made, for one handed over
@@ -1612,7 +1622,7 @@ impl Shared {
         wall: std::time::Instant,
     ) -> Attempted {
         let alongside = match attempting {
-            Attempting::Made(_, true) => self.first.alongside(due_key),
+            Attempting::Made(made) if made.alone => self.first.alongside(due_key),
             _ => queue::Alongside::default(),
         };
         let stored = match attempting {
@@ -1840,7 +1850,12 @@ mod tests {
             target,
             event_id: event.id.clone(),
         };
-        let attempt = Job::Attempt(entry, Attempting::Made(Arc::new(delivery), true));
+        let made = first::Made {
+            delivery: Arc::new(delivery),
+            alone: true,
+            event: std::sync::Weak::new(),
+        };
+        let attempt = Job::Attempt(entry, Attempting::Made(made));
         // Each kind of work as its task is spawned, and moved: made, never polled.
         let jobs = [attempt, Job::Message, Job::Mail];
         for (job, ticket) in jobs.into_iter().zip(in_flight(&fair, 3)) {
@@ -1872,6 +1887,51 @@ mod tests {
         (service, clock, store, dir)
     }
 
+    #[test]
+    fn a_delivery_handed_over_carries_its_event_while_the_recent_events_keep_it_and_no_longer() {
+        use crate::service::deliveries::queue::tests::paid;
+        let (service, _clock, store, _dir) = store_with_a_paid_hook("carried");
+        let shared = shared_on(&service, Fair::new(64, 8, 8));
+        let event = paid(&service, &store, 1);
+        let first = shared.first.attempts();
+        while queue::fan_out(&service, service.now(), 256, first, |event, key, given| {
+            shared.fanned_out(event, key, given);
+        })
+        .expect("fan out")
+        .more
+        {}
+        let (_, key, _) = shared
+            .first
+            .take_inbox()
+            .into_iter()
+            .find(|(_, _, work)| matches!(work, Work::Delivery(e) if e.event_id == event.id))
+            .expect("the order.paid delivery handed over");
+        let attempting = Attempting::Made(shared.first.handed(&key).expect("handed over"));
+        let kept = shared
+            .events
+            .get(&crate::model::event::event_key(&store.id, &event.id))
+            .expect("kept among the recent events");
+        let carried = attempting.event().expect("carried");
+        assert!(
+            Arc::ptr_eq(&carried, &kept),
+            "the very event kept, not a copy"
+        );
+        assert_eq!(carried.event.id, event.id);
+        drop((carried, kept));
+        // Let go by the recent events (two idle polls): what is handed over does not keep it.
+        shared.events.forget_unused();
+        shared.events.forget_unused();
+        assert!(
+            attempting.event().is_none(),
+            "not held past the recent events"
+        );
+        let read = shared
+            .event(&store.id, &event.id)
+            .expect("read")
+            .expect("read again from storage");
+        assert_eq!(read.event.id, event.id);
+    }
+
     #[tokio::test]
     async fn a_delivery_handed_over_whose_target_was_paused_before_its_attempt_is_written_failed() {
         use crate::service::deliveries::queue::tests::paid;
@@ -1879,13 +1939,13 @@ mod tests {
         let fair = Fair::new(64, 8, 8);
         let shared = shared_on(&service, fair.clone());
         let first = shared.first.attempts();
-        queue::fan_out(&service, service.now(), 256, first, |_, key, given| {
-            shared.first.give(key, given);
+        queue::fan_out(&service, service.now(), 256, first, |event, key, given| {
+            shared.fanned_out(event, key, given);
         })
         .expect("fan out");
         paid(&service, &store, 1);
-        queue::fan_out(&service, service.now(), 256, first, |_, key, given| {
-            shared.first.give(key, given);
+        queue::fan_out(&service, service.now(), 256, first, |event, key, given| {
+            shared.fanned_out(event, key, given);
         })
         .expect("fan out");
         let handed = shared.first.take_inbox();
@@ -1893,8 +1953,8 @@ mod tests {
         let Work::Delivery(entry) = work.clone() else {
             panic!("a delivery");
         };
-        let made = shared.first.made(key).expect("made");
-        let delivery_key = made.key();
+        let made = shared.first.handed(key).expect("made");
+        let delivery_key = made.delivery.key();
         assert!(
             service
                 .db
@@ -1918,7 +1978,10 @@ mod tests {
             .attempt(
                 key,
                 &entry,
-                &Attempting::Made(made.clone(), false),
+                &Attempting::Made(first::Made {
+                    alone: false,
+                    ..made.clone()
+                }),
                 &mut ticket,
             )
             .await
@@ -1929,7 +1992,7 @@ mod tests {
             .read(&delivery_key)
             .expect("read")
             .expect("written");
-        assert_eq!(written.id, made.id);
+        assert_eq!(written.id, made.delivery.id);
         assert_eq!(written.status, DeliveryStatus::Failed);
         assert_eq!(written.failure.as_deref(), Some("the target was paused"));
         assert_eq!(written.attempts, 0, "no attempt made");
@@ -1954,7 +2017,7 @@ mod tests {
         let fair = Fair::new(64, 8, 8);
         let shared = shared_on(&service, fair.clone());
         let first = shared.first.attempts();
-        let give = |_, key: &str, given| shared.first.give(key, given);
+        let give = |event, key: &str, given| shared.fanned_out(event, key, given);
         queue::fan_out(&service, service.now(), 256, first, give).expect("fan out");
         assert!(
             shared.first.take_inbox().is_empty(),
@@ -1978,12 +2041,12 @@ mod tests {
             let ticket = fair
                 .try_start(key, slot)
                 .unwrap_or_else(|_| panic!("starts"));
-            let (delivery, alone) = shared.first.made_alone(key).expect("handed over");
-            assert!(!alone, "fanned out with another");
-            made.push(delivery.clone());
+            let handed = shared.first.handed(key).expect("handed over");
+            assert!(!handed.alone, "fanned out with another");
+            made.push(handed.delivery.clone());
             let mut outcome = Outcome::unsent(service.now(), String::new());
             (outcome.succeeded, outcome.status_code, outcome.error) = (true, Some(200), None);
-            let attempting = Attempting::Made(delivery, alone);
+            let attempting = Attempting::Made(handed);
             let wall = std::time::Instant::now();
             let attempt = shared.attempted(key, &attempting, entry, outcome, wall);
             assert!(send.send(Pending { attempt, ticket }).is_ok(), "sent");
@@ -2328,8 +2391,8 @@ mod tests {
             }
         }
         let first = shared.first.attempts();
-        while queue::fan_out(&service, service.now(), 256, first, |_, key, given| {
-            shared.first.give(key, given);
+        while queue::fan_out(&service, service.now(), 256, first, |event, key, given| {
+            shared.fanned_out(event, key, given);
         })
         .expect("fan out")
         .more
