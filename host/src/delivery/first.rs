@@ -170,7 +170,8 @@ struct Given {
     delivery: Arc<Delivery>,
     /// Its event as the fan-out kept it among the recent ones ([`super::recent`]), while they
     /// keep it: its attempt need not look it up. Weak, so that what is handed over holds no
-    /// event past the recent events' bounds.
+    /// event's contents past the recent events' bounds (of one they let go, only its own
+    /// allocation, about half a kilobyte, until its deliveries settle).
     event: Weak<RecentEvent>,
     /// Who writes it, if anyone yet.
     written: Written,
