@@ -35,13 +35,13 @@ use crate::model::error::Result;
 use crate::model::event::{OUTBOX_KEPT_MARK, OutboxEntry};
 use crate::model::ids::StoreId;
 use crate::model::work::{Work, WorkKind, due_ms_of};
-
-use super::recent::RecentEvent;
 use crate::service::deliveries::queue::{
     self, Alongside, FirstAttempts, Handed, PendingExpiry, StoreRoom, Stored,
 };
 use crate::storage::queue::Signal;
 use crate::storage::{Db, just_before};
+
+use super::recent::RecentEvent;
 
 /// Deliveries handed over at most, not yet settled: past it the fan-out queues them.
 pub const MAX_GIVEN: usize = 16_384;
@@ -146,7 +146,6 @@ struct Held {
     expiry_carried: bool,
 }
 
-/// A delivery handed over.
 /// A delivery handed over, as its attempt takes it ([`First::handed`]).
 #[derive(Debug, Clone)]
 pub struct Made {
@@ -162,6 +161,7 @@ pub struct Made {
     pub event: Weak<RecentEvent>,
 }
 
+/// A delivery handed over.
 #[derive(Debug)]
 struct Given {
     /// Its event's outbox entry (shared by the entry's deliveries).

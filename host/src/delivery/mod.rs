@@ -668,15 +668,8 @@ async fn fan_out(shared: Arc<Shared>, poll: Duration, mut stopped: watch::Receiv
                 tracing::error!(error = %format!("{e:#}"), "delivery engine: writing deliveries pending");
             }
             let first = shared.first.attempts();
-            queue::fan_out(
-                service,
-                service.now(),
-                BATCH,
-                first,
-                |event, key, handed| {
-                    shared.fanned_out(event, key, handed);
-                },
-            )
+            let fanned_out = |event, key: &str, handed| shared.fanned_out(event, key, handed);
+            queue::fan_out(service, service.now(), BATCH, first, fanned_out)
         });
         match fanned {
             Ok(fanned) if fanned.more => {
