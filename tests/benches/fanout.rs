@@ -276,7 +276,7 @@ fn emit_paid(
     };
     Ok(service
         .db
-        .tx(|tx| tx.emit(store, data.clone(), service.now()))?)
+        .tx(|tx| tx.emit(store, data.clone(), service.now()).cloned())?)
 }
 
 /// Commits an event to the quiet store (the `n`th), on a blocking thread as the host's HTTP

@@ -1685,8 +1685,11 @@ mod tests {
             "the second and third parked"
         );
         let handed = inbox_keys(&first);
-        // The third's event unreadable: the call that takes them back fails at it.
+        // The third's event unreadable: the call that takes them back fails at it (read from
+        // storage, no longer at hand as committed: see `storage::fresh`).
         let key = event_key(&store.id, &third.id);
+        service.db.fresh_events().forget_stale();
+        service.db.fresh_events().forget_stale();
         service
             .db
             .tx(|tx| tx.write(&key, &"not an event"))

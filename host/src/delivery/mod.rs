@@ -595,8 +595,10 @@ async fn run(shared: Arc<Shared>, config: EngineConfig, mut stopped: watch::Rece
             () = tokio::time::sleep(config.poll_interval) => {
                 lanes.rescan();
                 // Nothing to do for a poll: the events kept for attempts go once none was used
-                // since the last such poll (see `recent`).
+                // since the last such poll (see `recent`); and those committed and not fanned
+                // out by now (see `storage::fresh`), stale.
                 shared.events.forget_unused();
+                shared.service.db.fresh_events().forget_stale();
             }
             _ = stopped.changed() => {}
         }

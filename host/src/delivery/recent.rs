@@ -17,13 +17,11 @@
 //! (the same JSON), so what the kept events hold is bounded by twice [`MAX_BYTES`], and their
 //! decoded form.
 
-use std::collections::VecDeque;
-
 use bytes::Bytes;
-use foldhash::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::model::event::Event;
+use crate::storage::bounded::Bounded;
 
 use super::first;
 
@@ -66,19 +64,13 @@ impl RecentEvent {
 /// Recent events, by their storage key.
 #[derive(Debug)]
 pub struct Recent {
-    max_events: usize,
-    max_bytes: usize,
     kept: Mutex<Kept>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Kept {
     /// Each event, with its stored size.
-    events: HashMap<String, (Arc<RecentEvent>, usize)>,
-    /// Their keys, oldest first.
-    order: VecDeque<String>,
-    /// The sum of their stored sizes.
-    bytes: usize,
+    events: Bounded<Arc<RecentEvent>>,
     /// Whether one was kept or read since the last [`Recent::forget_unused`].
     used: bool,
 }
@@ -92,9 +84,10 @@ impl Default for Recent {
 impl Recent {
     fn with(max_events: usize, max_bytes: usize) -> Self {
         Self {
-            max_events,
-            max_bytes,
-            kept: Mutex::default(),
+            kept: Mutex::new(Kept {
+                events: Bounded::new(max_events, max_bytes),
+                used: false,
+            }),
         }
     }
 
@@ -106,7 +99,7 @@ impl Recent {
     pub fn get(&self, key: &str) -> Option<Arc<RecentEvent>> {
         let mut kept = self.kept();
         kept.used = true;
-        kept.events.get(key).map(|(event, _)| event.clone())
+        kept.events.get(key).cloned()
     }
 
     /// Keeps `event`, stored under `key` in `bytes`, letting the oldest go as needed. One kept
@@ -114,24 +107,11 @@ impl Recent {
     pub fn keep(&self, key: String, event: Event, bytes: usize) -> Arc<RecentEvent> {
         let mut kept = self.kept();
         kept.used = true;
-        if let Some((kept, _)) = kept.events.get(&key) {
+        if let Some(kept) = kept.events.get(&key) {
             return kept.clone();
         }
         let event = Arc::new(RecentEvent::new(event));
-        if bytes > self.max_bytes || self.max_events == 0 {
-            return event;
-        }
-        while kept.events.len() >= self.max_events || kept.bytes + bytes > self.max_bytes {
-            let Some(oldest) = kept.order.pop_front() else {
-                break;
-            };
-            if let Some((_, size)) = kept.events.remove(&oldest) {
-                kept.bytes -= size;
-            }
-        }
-        kept.bytes += bytes;
-        kept.order.push_back(key.clone());
-        kept.events.insert(key, (event.clone(), bytes));
+        kept.events.insert(key, event.clone(), bytes);
         event
     }
 
@@ -144,7 +124,7 @@ impl Recent {
         if kept.used {
             kept.used = false;
         } else {
-            *kept = Kept::default();
+            kept.events.clear();
         }
     }
 }
@@ -153,19 +133,7 @@ impl Recent {
 mod tests {
     use super::*;
 
-    fn event(n: usize) -> (String, Event) {
-        use crate::model::event::data::{CustomerDeleted, DeletedCustomer};
-        let now = jiff::Timestamp::UNIX_EPOCH;
-        let store = crate::model::event::StoreRef {
-            id: crate::model::ids::StoreId::generate(now),
-            domain: "acme.example".to_owned(),
-        };
-        let customer = DeletedCustomer {
-            id: crate::model::ids::CustomerId::generate(now),
-        };
-        let event = Event::new(&store, CustomerDeleted { customer }, now);
-        (format!("evt-{n}"), event)
-    }
+    use crate::model::event::tests::numbered as event;
 
     #[test]
     fn the_oldest_go_first_past_the_count() {
@@ -178,7 +146,7 @@ mod tests {
             .map(|n| recent.get(&format!("evt-{n}")).is_some())
             .collect();
         assert_eq!(kept, [false, false, true, true, true]);
-        assert_eq!(recent.kept().bytes, 30);
+        assert_eq!(recent.kept().events.bytes(), 30);
     }
 
     #[test]
@@ -197,7 +165,7 @@ mod tests {
         assert_eq!(big.event.id, id, "handed back all the same");
         assert!(recent.get("evt-3").is_none(), "larger than the budget");
         assert!(recent.get("evt-1").is_some(), "nothing let go for it");
-        assert_eq!(recent.kept().bytes, 80);
+        assert_eq!(recent.kept().events.bytes(), 80);
     }
 
     #[test]
@@ -217,8 +185,8 @@ mod tests {
         // Nothing kept or read since: all go, with their room.
         recent.forget_unused();
         let kept = recent.kept();
-        assert!(kept.events.is_empty() && kept.order.is_empty());
-        assert_eq!(kept.bytes, 0);
+        assert!(kept.events.is_empty());
+        assert_eq!(kept.events.bytes(), 0);
         assert_eq!(kept.events.capacity(), 0, "the room went too");
         drop(kept);
         // Kept again afterwards, as before.
@@ -259,6 +227,6 @@ mod tests {
         recent.keep(key, e, 10);
         // Two distinct events fit in two places: the first is still kept.
         assert!(recent.get("evt-0").is_some() && recent.get("evt-1").is_some());
-        assert_eq!(recent.kept().bytes, 20);
+        assert_eq!(recent.kept().events.bytes(), 20);
     }
 }

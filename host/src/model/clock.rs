@@ -57,6 +57,11 @@ impl Clock for ManualClock {
 /// A shared clock handle.
 pub type SharedClock = Arc<dyn Clock>;
 
+/// `ts` to the millisecond, as the API writes it and every record keeps it ([`format_ts`]).
+pub fn to_millisecond(ts: Timestamp) -> Timestamp {
+    Timestamp::from_millisecond(ts.as_millisecond()).unwrap_or(ts)
+}
+
 /// Formats a timestamp the way the API does: ISO 8601, UTC, milliseconds (`2026-01-02T03:04:05.678Z`).
 pub fn format_ts(ts: Timestamp) -> String {
     let at = jiff::tz::Offset::UTC.to_datetime(ts);

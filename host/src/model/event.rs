@@ -53,7 +53,9 @@ impl Event {
     pub fn new(store: &StoreRef, data: impl Into<EventData>, now: Timestamp) -> Self {
         Self {
             id: EventId::generate(now),
-            created_at: now,
+            // As it is stored: the event its transaction keeps for the fan-out
+            // (`storage::fresh`) is the one a read gives back.
+            created_at: crate::model::clock::to_millisecond(now),
             store: store.clone(),
             data: data.into(),
         }
@@ -294,4 +296,4 @@ pub fn kept_mark_for(key: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

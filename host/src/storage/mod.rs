@@ -7,9 +7,11 @@
 //! one database); nothing above this module knows which runs, and `contract.rs` tests what all
 //! of them promise. The two embedded ones share their transactions (`optimistic.rs`).
 
+pub mod bounded;
 #[cfg(test)]
 pub(crate) mod contract;
 mod fjall_store;
+pub mod fresh;
 mod optimistic;
 pub mod postgres;
 pub mod queue;
@@ -23,6 +25,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::model::error::{Error, Result};
+use crate::model::event::Event;
 
 pub use fjall_store::FjallStorage;
 pub use sled_store::SledStorage;
@@ -255,6 +258,8 @@ pub struct Db {
     group: Arc<GroupCommit>,
     /// The watched key prefixes ([`Db::watch`]), shared by every clone of this handle.
     watches: Arc<RwLock<Arc<[Arc<Changes>]>>>,
+    /// The events committed through this handle (or a clone) and not yet fanned out.
+    fresh: Arc<fresh::FreshEvents>,
 }
 
 impl std::fmt::Debug for Db {
@@ -274,6 +279,7 @@ impl Db {
             delivery: Arc::new(queue::Signal::default()),
             group: Arc::default(),
             watches: Arc::new(RwLock::new(Arc::from(Vec::new()))),
+            fresh: Arc::default(),
         };
         // What other hosts on the same database commit: their queued work wakes this engine,
         // their changes of watched records make these copies stale.
@@ -478,6 +484,7 @@ impl Db {
         let mut queued_delivery = false;
         let mut emitted = false;
         let mut outbox_first = None;
+        let mut fresh = Vec::new();
         let mut queued = queue::Queued::default();
         let mut must_flush = false;
         let mut touched = 0u64;
@@ -487,6 +494,7 @@ impl Db {
                 queued_delivery: false,
                 emitted: false,
                 outbox_first: None,
+                fresh: Vec::new(),
                 queued: queue::Queued::default(),
                 flush: false,
                 watches: &watches,
@@ -503,6 +511,7 @@ impl Db {
             queued_delivery = tx.queued_delivery;
             emitted = tx.emitted;
             outbox_first = tx.outbox_first.take();
+            fresh = std::mem::take(&mut tx.fresh);
             queued = std::mem::take(&mut tx.queued);
             must_flush = tx.flush;
             touched = tx.touched;
@@ -528,6 +537,9 @@ impl Db {
         if queued_delivery {
             self.delivery.ring_queued(&queued);
         }
+        if !fresh.is_empty() {
+            self.fresh.keep(fresh);
+        }
         if emitted {
             self.delivery.ring_outbox(outbox_first);
         }
@@ -538,6 +550,17 @@ impl Db {
     /// transactions that wait for one at the same time).
     pub fn flush(&self) -> Result<()> {
         self.group.flush(self.inner.as_ref())
+    }
+
+    /// Takes the event stored under `key` if a transaction through this handle committed it
+    /// and the fan-out has not taken it yet (see [`fresh`]), with its stored size.
+    pub fn take_fresh(&self, key: &str) -> Option<(Event, usize)> {
+        self.fresh.take(key)
+    }
+
+    /// The events committed and not yet fanned out (see [`fresh`]).
+    pub fn fresh_events(&self) -> &fresh::FreshEvents {
+        &self.fresh
     }
 
     /// Whether other hosts may share this storage (see [`Storage::is_shared`]).
@@ -926,6 +949,8 @@ pub struct Tx<'a> {
     emitted: bool,
     /// The first outbox entry (in key order) it wrote, if any.
     outbox_first: Option<String>,
+    /// The events it wrote ([`Tx::write_event`]), kept for the fan-out once it commits.
+    fresh: Vec<fresh::Committed>,
     queued: queue::Queued,
     flush: bool,
     /// The watched prefixes, and which of them this transaction wrote under ([`watch_bit`]).
@@ -963,6 +988,17 @@ impl Tx<'_> {
     pub fn write<T: Serialize>(&mut self, key: &str, value: &T) -> Result<()> {
         self.note(key);
         self.inner.put(key.as_bytes(), encode(value)?)
+    }
+
+    /// Encodes and writes the event `event` at `key`, and keeps it, once this transaction
+    /// commits, for the fan-out that reads it next ([`Db::take_fresh`]). Returns it.
+    pub fn write_event(&mut self, key: String, event: Event) -> Result<&Event> {
+        let record = encode(&event)?;
+        let size = record.len();
+        self.note(&key);
+        self.inner.put(key.as_bytes(), record)?;
+        let (_, event, _) = self.fresh.push_mut((key, event, size));
+        Ok(event)
     }
 
     /// Removes the record at `key`.

@@ -620,3 +620,20 @@ fn the_kept_mark_lies_past_every_entry_made_within_a_second_of_the_one_kept() {
     assert!(mark.starts_with(OUTBOX_PREFIX), "{mark}");
     assert_eq!(kept_mark_for("outbox/not-an-id"), "outbox/not-an-id");
 }
+
+/// An event (a customer deleted), under the key `evt-{n}`: for the tests of what keeps events
+/// in memory.
+pub(crate) fn numbered(n: usize) -> (String, Event) {
+    let now = Timestamp::UNIX_EPOCH;
+    let store = StoreRef {
+        id: crate::model::ids::StoreId::generate(now),
+        domain: "acme.example".to_owned(),
+    };
+    let customer = DeletedCustomer {
+        id: crate::model::ids::CustomerId::generate(now),
+    };
+    (
+        format!("evt-{n}"),
+        Event::new(&store, CustomerDeleted { customer }, now),
+    )
+}

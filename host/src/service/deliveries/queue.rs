@@ -439,8 +439,12 @@ fn fan_out_taken(
             parked += park(first, &mut turns, key, entry);
             continue;
         }
-        let event: Option<ReadEvent> =
-            db.read_sized(&event_key(&entry.store_id, &entry.event_id))?;
+        // Committed through this host a moment ago, the event is at hand (see `fresh`).
+        let event_at = event_key(&entry.store_id, &entry.event_id);
+        let event: Option<ReadEvent> = match db.take_fresh(&event_at) {
+            Some(fresh) => Some(fresh),
+            None => db.read_sized(&event_at)?,
+        };
         let candidates = match &event {
             Some((event, _)) => {
                 let store = match targets.entry(entry.store_id.clone()) {
@@ -465,7 +469,10 @@ fn fan_out_taken(
                 .map(|(.., candidates)| candidates.len())
                 .sum();
             if unhanded >= left {
-                parked += park(first, &mut turns, key, entry); // Its event read again then.
+                if let Some((event, size)) = event {
+                    db.fresh_events().put_back(event_at, event, size);
+                }
+                parked += park(first, &mut turns, key, entry);
                 continue;
             }
         }
@@ -1446,6 +1453,57 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn an_event_committed_is_at_hand_for_the_fan_out_once_as_a_read_gives_it_back() {
+        let (service, clock, store, _dir) = paid_hooks_installed(1);
+        let deliveries = || keys(&service, "dlv/").len();
+        let before = deliveries();
+        // An instant between two milliseconds: the event keeps it as it is stored.
+        clock.set("2026-01-05T00:01:00.123456789Z".parse().expect("ts"));
+        let emitted = paid(&service, &store, 1);
+        let key = event_key(&store.id, &emitted.id);
+        let (fresh, size) = service.db.take_fresh(&key).expect("kept once committed");
+        let (stored, stored_size): ReadEvent =
+            service.db.read_sized(&key).expect("read").expect("stored");
+        assert_eq!(fresh, stored, "the very event a read gives back");
+        assert_eq!(
+            fresh.created_at,
+            "2026-01-05T00:01:00.123Z".parse().expect("ts")
+        );
+        assert_eq!(size, stored_size, "its stored size");
+        assert!(service.db.take_fresh(&key).is_none(), "taken once");
+        // Taken and not fanned out (as by a fan-out that failed): read from storage then.
+        assert_eq!(fan_out_all(&service, drop), 1);
+        assert_eq!(deliveries(), before + 1, "its delivery made");
+        // The next one is taken by the fan-out.
+        let next = paid(&service, &store, 2);
+        let key = event_key(&store.id, &next.id);
+        assert_eq!(fan_out_all(&service, drop), 1);
+        assert!(service.db.take_fresh(&key).is_none(), "the fan-out took it");
+        assert_eq!(deliveries(), before + 2);
+    }
+
+    #[test]
+    fn an_event_whose_transaction_did_not_commit_is_not_kept() {
+        let (service, _clock, store, _dir) = paid_hooks_installed(1);
+        let mut emitted = None;
+        let failed = service.db.tx(|tx| {
+            let data = crate::model::event::data::OrderPaid {
+                order: crate::model::event::data::PaidOrder {
+                    id: "ord_x".parse().expect("order id"),
+                    total: 1,
+                    currency: "EUR".into(),
+                },
+            };
+            emitted = Some(tx.emit(&store.reference(), data, service.now())?.id.clone());
+            Err::<(), _>(Error::invalid("total", "refused"))
+        });
+        assert!(failed.is_err());
+        let id = emitted.expect("emitted in the transaction");
+        assert!(service.db.take_fresh(&event_key(&store.id, &id)).is_none());
+        assert_eq!(fan_out_all(&service, drop), 0, "nothing in the outbox");
+    }
+
+    #[test]
     fn an_outbox_entry_whose_event_was_not_read_stays_unless_the_transaction_finds_none() {
         let (service, _clock, store, _dir) = paid_hooks_installed(1);
         let deliveries = || keys(&service, "dlv/").len();
@@ -1504,7 +1562,10 @@ pub(crate) mod tests {
         };
         service
             .db
-            .tx(|tx| tx.emit(&store.reference(), data.clone(), service.now()))
+            .tx(|tx| {
+                tx.emit(&store.reference(), data.clone(), service.now())
+                    .cloned()
+            })
             .expect("emit")
     }
 

@@ -57,26 +57,24 @@ fn current_cause() -> Option<Cause> {
 
 impl Tx<'_> {
     /// Records the event `data` (whose variant is the event's type) in `store` as part of this
-    /// transaction, and queues it for delivery. Returns the event.
+    /// transaction, and queues it for delivery. Returns the event (kept for the fan-out once
+    /// the transaction commits: see [`Tx::write_event`]).
     pub fn emit(
         &mut self,
         store: &StoreRef,
         data: impl Into<EventData>,
         now: Timestamp,
-    ) -> Result<Event> {
+    ) -> Result<&Event> {
         let event = Event::new(store, data, now);
-        self.write(&event_key(&store.id, &event.id), &event)?;
         let outbox = outbox_key(&event.id);
-        self.write(
-            &outbox,
-            &OutboxEntry {
-                store_id: store.id.clone(),
-                event_id: event.id.clone(),
-                cause: current_cause(),
-                trace: event_trace(&event),
-            },
-        )?;
+        let entry = OutboxEntry {
+            store_id: store.id.clone(),
+            event_id: event.id.clone(),
+            cause: current_cause(),
+            trace: event_trace(&event),
+        };
+        self.write(&outbox, &entry)?;
         self.wake_fan_out(&outbox);
-        Ok(event)
+        self.write_event(event_key(&store.id, &entry.event_id), event)
     }
 }
