@@ -21,12 +21,14 @@ pub const MAX_EVENTS: usize = 16_384;
 /// Stored bytes of the events kept at most (an event alone larger than this is not kept).
 pub const MAX_BYTES: usize = 16 * 1024 * 1024;
 
-/// An event committed, under its storage key, with its stored size.
-pub type Committed = (String, Event, usize);
+/// An event committed, under its storage key, with its stored size. Boxed: an event is 480
+/// bytes, and the map's table, which keeps its room for the most events it held until it is
+/// emptied, would take that much for each place (8 MiB at 16 384), kept or not.
+pub type Committed = (String, Box<Event>, usize);
 
 /// The events committed and not yet taken by the fan-out (see the module's documentation).
 #[derive(Debug)]
-pub struct FreshEvents(Mutex<Bounded<Event>>);
+pub struct FreshEvents(Mutex<Bounded<Box<Event>>>);
 
 impl Default for FreshEvents {
     fn default() -> Self {
@@ -35,7 +37,7 @@ impl Default for FreshEvents {
 }
 
 impl FreshEvents {
-    fn kept(&self) -> MutexGuard<'_, Bounded<Event>> {
+    fn kept(&self) -> MutexGuard<'_, Bounded<Box<Event>>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -49,13 +51,13 @@ impl FreshEvents {
 
     /// Takes the event stored under `key`, with its stored size, if kept.
     pub fn take(&self, key: &str) -> Option<(Event, usize)> {
-        self.kept().remove(key)
+        self.kept().remove(key).map(|(event, size)| (*event, size))
     }
 
     /// Keeps again an event taken and not fanned out (its entry put aside for later), as if it
     /// were committed now.
     pub fn put_back(&self, key: String, event: Event, bytes: usize) {
-        self.kept().insert(key, event, bytes);
+        self.kept().insert(key, Box::new(event), bytes);
     }
 
     /// Lets go the events kept before the last call. The engine calls it each time it has had
@@ -82,7 +84,7 @@ mod tests {
     /// The event `n`, committed under `evt-{n}` in 10 bytes.
     fn event(n: usize) -> Committed {
         let (key, event) = crate::model::event::tests::numbered(n);
-        (key, event, 10)
+        (key, Box::new(event), 10)
     }
 
     fn kept(fresh: &FreshEvents, n: usize) -> bool {

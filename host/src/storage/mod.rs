@@ -997,7 +997,7 @@ impl Tx<'_> {
         let size = record.len();
         self.note(&key);
         self.inner.put(key.as_bytes(), record)?;
-        let (_, event, _) = self.fresh.push_mut((key, event, size));
+        let (_, event, _) = self.fresh.push_mut((key, Box::new(event), size));
         Ok(event)
     }
 
