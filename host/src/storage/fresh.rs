@@ -65,16 +65,6 @@ impl FreshEvents {
     pub fn forget_stale(&self) {
         self.kept().forget_stale();
     }
-
-    /// How many events are kept.
-    pub fn len(&self) -> usize {
-        self.kept().len()
-    }
-
-    /// Whether none is kept.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 #[cfg(test)]
@@ -100,7 +90,7 @@ mod tests {
         let (taken, size) = fresh.take("evt-0").expect("kept");
         assert_eq!((&taken.id, size), (&id, 42));
         assert!(fresh.take("evt-0").is_none(), "taken already");
-        assert_eq!(fresh.len(), 1);
+        assert_eq!(fresh.kept().len(), 1);
         fresh.put_back("evt-0".to_owned(), taken, size);
         fresh.keep(vec![self::event(2)]);
         // evt-1 was now the oldest.
@@ -118,6 +108,6 @@ mod tests {
         assert!(!kept(&fresh, 0) && !kept(&fresh, 1), "kept before the last");
         assert!(kept(&fresh, 2));
         fresh.forget_stale();
-        assert!(fresh.is_empty());
+        assert!(fresh.kept().is_empty());
     }
 }

@@ -552,13 +552,8 @@ impl Db {
         self.group.flush(self.inner.as_ref())
     }
 
-    /// Takes the event stored under `key` if a transaction through this handle committed it
-    /// and the fan-out has not taken it yet (see [`fresh`]), with its stored size.
-    pub fn take_fresh(&self, key: &str) -> Option<(Event, usize)> {
-        self.fresh.take(key)
-    }
-
-    /// The events committed and not yet fanned out (see [`fresh`]).
+    /// The events committed through this handle (or a clone) and not yet fanned out (see
+    /// [`fresh`]): the fan-out takes each from there rather than read it back.
     pub fn fresh_events(&self) -> &fresh::FreshEvents {
         &self.fresh
     }
@@ -991,7 +986,7 @@ impl Tx<'_> {
     }
 
     /// Encodes and writes the event `event` at `key`, and keeps it, once this transaction
-    /// commits, for the fan-out that reads it next ([`Db::take_fresh`]). Returns it.
+    /// commits, for the fan-out that reads it next ([`Db::fresh_events`]). Returns it.
     pub fn write_event(&mut self, key: String, event: Event) -> Result<&Event> {
         let record = encode(&event)?;
         let size = record.len();

@@ -441,7 +441,7 @@ fn fan_out_taken(
         }
         // Committed through this host a moment ago, the event is at hand (see `fresh`).
         let event_at = event_key(&entry.store_id, &entry.event_id);
-        let event: Option<ReadEvent> = match db.take_fresh(&event_at) {
+        let event: Option<ReadEvent> = match db.fresh_events().take(&event_at) {
             Some(fresh) => Some(fresh),
             None => db.read_sized(&event_at)?,
         };
@@ -1461,7 +1461,11 @@ pub(crate) mod tests {
         clock.set("2026-01-05T00:01:00.123456789Z".parse().expect("ts"));
         let emitted = paid(&service, &store, 1);
         let key = event_key(&store.id, &emitted.id);
-        let (fresh, size) = service.db.take_fresh(&key).expect("kept once committed");
+        let (fresh, size) = service
+            .db
+            .fresh_events()
+            .take(&key)
+            .expect("kept once committed");
         let (stored, stored_size): ReadEvent =
             service.db.read_sized(&key).expect("read").expect("stored");
         assert_eq!(fresh, stored, "the very event a read gives back");
@@ -1470,7 +1474,7 @@ pub(crate) mod tests {
             "2026-01-05T00:01:00.123Z".parse().expect("ts")
         );
         assert_eq!(size, stored_size, "its stored size");
-        assert!(service.db.take_fresh(&key).is_none(), "taken once");
+        assert!(service.db.fresh_events().take(&key).is_none(), "taken once");
         // Taken and not fanned out (as by a fan-out that failed): read from storage then.
         assert_eq!(fan_out_all(&service, drop), 1);
         assert_eq!(deliveries(), before + 1, "its delivery made");
@@ -1478,7 +1482,10 @@ pub(crate) mod tests {
         let next = paid(&service, &store, 2);
         let key = event_key(&store.id, &next.id);
         assert_eq!(fan_out_all(&service, drop), 1);
-        assert!(service.db.take_fresh(&key).is_none(), "the fan-out took it");
+        assert!(
+            service.db.fresh_events().take(&key).is_none(),
+            "the fan-out took it"
+        );
         assert_eq!(deliveries(), before + 2);
     }
 
@@ -1499,7 +1506,13 @@ pub(crate) mod tests {
         });
         assert!(failed.is_err());
         let id = emitted.expect("emitted in the transaction");
-        assert!(service.db.take_fresh(&event_key(&store.id, &id)).is_none());
+        assert!(
+            service
+                .db
+                .fresh_events()
+                .take(&event_key(&store.id, &id))
+                .is_none()
+        );
         assert_eq!(fan_out_all(&service, drop), 0, "nothing in the outbox");
     }
 
