@@ -1596,9 +1596,8 @@ impl Shared {
     /// Takes an event just fanned out: keeps it, with its stored size, among the recent ones
     /// (see [`Shared::event`]), as its attempts follow, and takes the deliveries handed over for
     /// their first attempts (see [`first`]), with the event as kept.
-    fn fanned_out(&self, (event, bytes): queue::ReadEvent, outbox: &str, handed: queue::Handed) {
-        let key = crate::model::event::event_key(&event.store.id, &event.id);
-        let kept = self.events.keep(key, event, bytes);
+    fn fanned_out(&self, read: queue::ReadEvent, outbox: &str, handed: queue::Handed) {
+        let kept = self.events.keep(read.key, read.event, read.size);
         if handed.is_empty() {
             return;
         }

@@ -70,8 +70,17 @@ fn is_light(deliveries: usize) -> bool {
 /// the targets that may want it.
 type Prepared = (String, OutboxEntry, Option<ReadEvent>, Vec<TargetRef>);
 
-/// An event as read from storage, with the size of its stored record (bytes).
-pub type ReadEvent = (Event, usize);
+/// An event the fan-out read (or took as committed: see `storage::fresh`), under its storage
+/// key, with the size of its stored record (bytes).
+#[derive(Debug)]
+pub struct ReadEvent {
+    /// Its storage key.
+    pub key: String,
+    /// The event.
+    pub event: Event,
+    /// The size of its stored record, in bytes.
+    pub size: usize,
+}
 
 /// Deliveries one call of [`fan_out`] makes at most (an event with more makes them all): the
 /// engine starts due work between calls, and lists the outbox again, so that neither the work
@@ -441,20 +450,25 @@ fn fan_out_taken(
         }
         // Committed through this host a moment ago, the event is at hand (see `fresh`).
         let event_at = event_key(&entry.store_id, &entry.event_id);
-        let event: Option<ReadEvent> = match db.fresh_events().take(&event_at) {
+        let read = match db.fresh_events().take(&event_at) {
             Some(fresh) => Some(fresh),
             None => db.read_sized(&event_at)?,
         };
+        let event = read.map(|(event, size)| ReadEvent {
+            key: event_at,
+            event,
+            size,
+        });
         let candidates = match &event {
-            Some((event, _)) => {
+            Some(read) => {
                 let store = match targets.entry(entry.store_id.clone()) {
-                    Entry::Occupied(read) => read.into_mut(),
+                    Entry::Occupied(known) => known.into_mut(),
                     Entry::Vacant(unread) => {
-                        let read = service.targets.of(db, unread.key())?;
-                        unread.insert(read)
+                        let known = service.targets.of(db, unread.key())?;
+                        unread.insert(known)
                     }
                 };
-                target::candidates(store, event)
+                target::candidates(store, &read.event)
             }
             None => Vec::new(),
         };
@@ -469,8 +483,8 @@ fn fan_out_taken(
                 .map(|(.., candidates)| candidates.len())
                 .sum();
             if unhanded >= left {
-                if let Some((event, size)) = event {
-                    db.fresh_events().put_back(event_at, event, size);
+                if let Some(read) = event {
+                    db.fresh_events().put_back(read.key, read.event, read.size);
                 }
                 parked += park(first, &mut turns, key, entry);
                 continue;
@@ -746,7 +760,7 @@ impl FanOutChunk<'_> {
                         suspect: suspect(key),
                         now,
                     };
-                    let event = event.as_ref().map(|(event, _)| event);
+                    let event = event.as_ref().map(|read| &read.event);
                     one.run(tx, &mut read, event, candidates, &mut left)
                 })
                 .collect::<Result<Vec<Fanned>>>()?;
@@ -777,7 +791,7 @@ impl FanOutChunk<'_> {
             if let Some(first) = fanned.first
                 && let Some(event) = event
             {
-                service.metrics.event_emitted(event.0.kind().as_str());
+                service.metrics.event_emitted(event.event.kind().as_str());
                 if !candidates.is_empty() {
                     let handed = Handed {
                         deliveries: first,
@@ -1466,7 +1480,7 @@ pub(crate) mod tests {
             .fresh_events()
             .take(&key)
             .expect("kept once committed");
-        let (stored, stored_size): ReadEvent =
+        let (stored, stored_size): (Event, usize) =
             service.db.read_sized(&key).expect("read").expect("stored");
         assert_eq!(fresh, stored, "the very event a read gives back");
         assert_eq!(
@@ -1647,8 +1661,8 @@ pub(crate) mod tests {
     fn fan_out_all(service: &Service, mut fanned_out: impl FnMut(Event)) -> usize {
         let mut taken = 0;
         loop {
-            let fanned = fan_out(service, service.now(), 256, None, |(event, _), _, _| {
-                fanned_out(event)
+            let fanned = fan_out(service, service.now(), 256, None, |read, _, _| {
+                fanned_out(read.event)
             })
             .expect("fan out");
             taken += fanned.entries;
