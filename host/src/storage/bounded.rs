@@ -55,7 +55,7 @@ impl<V> Bounded<V> {
             let Some((number, oldest)) = self.order.pop_front() else {
                 break;
             };
-            self.let_go(number, &oldest);
+            self.let_go(number, oldest);
         }
         let number = self.next;
         self.next += 1;
@@ -94,7 +94,7 @@ impl<V> Bounded<V> {
             .is_some_and(|(inserted, _)| *inserted < since)
         {
             if let Some((inserted, key)) = self.order.pop_front() {
-                self.let_go(inserted, &key);
+                self.let_go(inserted, key);
             }
         }
         if self.entries.is_empty() {
@@ -136,10 +136,20 @@ impl<V> Bounded<V> {
         self.entries.capacity()
     }
 
-    /// Lets the value under `key` go if it is still the one inserted under `number`.
-    fn let_go(&mut self, number: u64, key: &str) {
-        if self.entries.get(key).is_some_and(|(.., n)| *n == number) {
-            self.remove(key);
+    /// Lets the value under `key` go if it is still the one inserted under `number` (one lookup;
+    /// one inserted again since goes back).
+    fn let_go(&mut self, number: u64, key: String) {
+        match self.entries.remove(&key) {
+            Some(again) if again.2 != number => {
+                self.entries.insert(key, again);
+            }
+            Some((_, size, _)) => {
+                self.bytes -= size;
+                if self.entries.is_empty() {
+                    self.order.clear();
+                }
+            }
+            None => {}
         }
     }
 
