@@ -981,17 +981,22 @@ impl Tx<'_> {
 
     /// Encodes and writes `value` at `key`.
     pub fn write<T: Serialize>(&mut self, key: &str, value: &T) -> Result<()> {
+        self.write_sized(key, value).map(drop)
+    }
+
+    /// [`Tx::write`], returning the size of the record written (bytes).
+    fn write_sized<T: Serialize>(&mut self, key: &str, value: &T) -> Result<usize> {
+        let record = encode(value)?;
+        let size = record.len();
         self.note(key);
-        self.inner.put(key.as_bytes(), encode(value)?)
+        self.inner.put(key.as_bytes(), record)?;
+        Ok(size)
     }
 
     /// Encodes and writes the event `event` at `key`, and keeps it, once this transaction
     /// commits, for the fan-out that reads it next ([`Db::fresh_events`]). Returns it.
     pub fn write_event(&mut self, key: String, event: Event) -> Result<&Event> {
-        let record = encode(&event)?;
-        let size = record.len();
-        self.note(&key);
-        self.inner.put(key.as_bytes(), record)?;
+        let size = self.write_sized(&key, &event)?;
         let (_, event, _) = self.fresh.push_mut((key, Box::new(event), size));
         Ok(event)
     }
