@@ -77,11 +77,17 @@ impl<V> Bounded<V> {
     /// Takes the value under `key` out, with its size.
     pub fn remove(&mut self, key: &str) -> Option<(V, usize)> {
         let (value, size, _) = self.entries.remove(key)?;
+        self.removed(size);
+        Some((value, size))
+    }
+
+    /// Accounts for a value of `size` taken out of `entries`: its bytes go, and once none is
+    /// left, the order's keys (all of them removed ones) go too.
+    fn removed(&mut self, size: usize) {
         self.bytes -= size;
         if self.entries.is_empty() {
             self.order.clear();
         }
-        Some((value, size))
     }
 
     /// Lets go the values inserted before the last call: those that stayed through a whole
@@ -140,15 +146,10 @@ impl<V> Bounded<V> {
     /// one inserted again since goes back).
     fn let_go(&mut self, number: u64, key: String) {
         match self.entries.remove(&key) {
-            Some(again) if again.2 != number => {
-                self.entries.insert(key, again);
+            Some((value, size, inserted)) if inserted != number => {
+                self.entries.insert(key, (value, size, inserted));
             }
-            Some((_, size, _)) => {
-                self.bytes -= size;
-                if self.entries.is_empty() {
-                    self.order.clear();
-                }
-            }
+            Some((_, size, _)) => self.removed(size),
             None => {}
         }
     }
