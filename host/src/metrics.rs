@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
@@ -25,6 +26,12 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, Prometheu
 const SECONDS_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
+
+/// Histogram samples recorded between two upkeeps of the registry: the recorder keeps every
+/// sample until it is drained into its buckets, which a scrape does, and so does its upkeep,
+/// which a registry that is not installed process-wide must run itself (see
+/// [`Metrics::sampled`]).
+const UPKEEP_EVERY: u64 = 4096;
 
 /// `commerce_host_http_requests_total{route,method,status}`.
 pub const HTTP_REQUESTS: &str = "commerce_host_http_requests_total";
@@ -144,6 +151,8 @@ pub struct Metrics {
     http: Arc<RwLock<HttpSeries>>,
     /// The series of the engine's attempts and invocations, each registered on its first use.
     engine: Arc<EngineSeries>,
+    /// Histogram samples recorded, counting to the next upkeep ([`Metrics::sampled`]).
+    samples: Arc<AtomicU64>,
 }
 
 /// The `outcome` labels of component invocations (see
@@ -204,6 +213,7 @@ impl Metrics {
             handle,
             http: Arc::default(),
             engine: Arc::default(),
+            samples: Arc::default(),
         };
         metrics.describe();
         metrics
@@ -298,6 +308,17 @@ impl Metrics {
         self.handle.render()
     }
 
+    /// Records `value` in `histogram`, and every [`UPKEEP_EVERY`] samples runs the registry's
+    /// upkeep, which drains the samples kept into the histograms' buckets. The recorder keeps
+    /// each sample (8 bytes and its share of a block) until then: with no upkeep, a host that
+    /// nobody scrapes grew by every request and attempt it ever made (2 million samples: 34 MB).
+    fn sampled(&self, histogram: &Histogram, value: f64) {
+        histogram.record(value);
+        if self.samples.fetch_add(1, Ordering::Relaxed) % UPKEEP_EVERY == UPKEEP_EVERY - 1 {
+            self.handle.run_upkeep();
+        }
+    }
+
     /// An HTTP request was answered.
     pub fn http_request(&self, route: &str, method: &'static str, status: u16, took: Duration) {
         let known = self
@@ -327,7 +348,7 @@ impl Metrics {
             }
         };
         requests.increment(1);
-        duration.record(took.as_secs_f64());
+        self.sampled(&duration, took.as_secs_f64());
     }
 
     /// A request was refused with 429 `rate_limited`.
@@ -359,9 +380,10 @@ impl Metrics {
                 })
             })
             .increment(1);
-        series.attempt_durations[kind]
-            .get_or_init(|| self.with(|| histogram!(DELIVERY_DURATION, "target" => target.label())))
-            .record(took.as_secs_f64());
+        let duration = series.attempt_durations[kind].get_or_init(|| {
+            self.with(|| histogram!(DELIVERY_DURATION, "target" => target.label()))
+        });
+        self.sampled(duration, took.as_secs_f64());
     }
 
     /// A target was paused because its retries ran out.
@@ -390,7 +412,7 @@ impl Metrics {
             }
         };
         count.increment(1);
-        duration.record(took.as_secs_f64());
+        self.sampled(duration, took.as_secs_f64());
     }
 
     /// A notification on `channel` moved to `outcome`.
@@ -454,6 +476,33 @@ mod tests {
         );
         assert!(!a.contains("order.paid"), "{a}");
         assert!(!b.contains("order.created"), "{b}");
+    }
+
+    #[test]
+    fn every_duration_counts_towards_the_upkeep_and_none_is_lost_by_it() {
+        let m = Metrics::new();
+        let n = 5_000u64;
+        for i in 0..n {
+            let took = Duration::from_micros(i % 3_000);
+            m.http_request("/v1/orders/{id}", "GET", 200, took);
+            m.delivery_attempt(TargetKind::Component, true, took);
+            m.component_invocation("ok", took);
+        }
+        // Every site goes through `sampled`: the registry was drained 3 times (at 4 096, 8 192
+        // and 12 288 samples) without a scrape, and keeps at most UPKEEP_EVERY samples undrained.
+        let recorded = m.samples.load(Ordering::Relaxed);
+        assert_eq!(recorded, 3 * n);
+        assert_eq!(recorded / UPKEEP_EVERY, 3);
+        // The upkeep moved the samples into the buckets; the scrape still counts them all.
+        let text = m.render();
+        for series in [
+            r#"commerce_host_http_request_duration_seconds_count{route="/v1/orders/{id}",method="GET"} 5000"#,
+            r#"commerce_host_delivery_attempt_duration_seconds_count{target="component"} 5000"#,
+            r#"commerce_host_component_invocation_duration_seconds_count{outcome="ok"} 5000"#,
+            r#"commerce_host_delivery_attempt_duration_seconds_bucket{target="component",le="0.005"} 5000"#,
+        ] {
+            assert!(text.contains(series), "{series} in\n{text}");
+        }
     }
 
     #[test]
