@@ -26,6 +26,9 @@ pub struct Config {
     pub durable_writes: bool,
     /// The embedded store in the data folder, where `database_url` is not given.
     pub store: crate::storage::Embedded,
+    /// The memory the embedded store keeps of its records, in MiB (see
+    /// [`DEFAULT_STORE_CACHE_MIB`](crate::storage::DEFAULT_STORE_CACHE_MIB)).
+    pub store_cache_mib: u64,
     /// PostgreSQL instead of the embedded store: `postgres://user@host:port/db`.
     pub database_url: Option<String>,
     /// Connections to PostgreSQL at most.
@@ -75,6 +78,7 @@ impl Config {
             plugin_limits: crate::service::limits::LimitPolicy::default(),
             durable_writes: true,
             store: crate::storage::Embedded::Sled,
+            store_cache_mib: crate::storage::DEFAULT_STORE_CACHE_MIB,
             database_url: None,
             database_pool_size: 16,
             maintenance_interval: std::time::Duration::from_secs(60),

@@ -41,7 +41,12 @@ pub fn open_service(config: &Config) -> anyhow::Result<Service> {
         Some(url) => {
             storage::Db::open_postgres(url, config.database_pool_size, config.durable_writes)
         }
-        None => storage::Db::open_embedded(config.store, &config.data_dir, config.durable_writes),
+        None => storage::Db::open_embedded(
+            config.store,
+            &config.data_dir,
+            config.durable_writes,
+            config.store_cache_mib,
+        ),
     }
     .map_err(|e| anyhow::anyhow!("{e:#}"))?;
     let options = service::Options {

@@ -592,8 +592,13 @@ pub fn open_stopped(data: &std::path::Path) -> commerce_host::storage::Db {
         Some(url) => {
             commerce_host::storage::Db::open_postgres(&url, 2, true).expect("open the database")
         }
-        None => commerce_host::storage::Db::open_embedded(test_store(), data, true)
-            .expect("open the data folder"),
+        None => commerce_host::storage::Db::open_embedded(
+            test_store(),
+            data,
+            true,
+            commerce_host::storage::DEFAULT_STORE_CACHE_MIB,
+        )
+        .expect("open the data folder"),
     }
 }
 

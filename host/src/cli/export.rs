@@ -22,7 +22,7 @@ use anyhow::{Context as _, anyhow, bail, ensure};
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-use crate::storage::{Db, Embedded};
+use crate::storage::{DEFAULT_STORE_CACHE_MIB, Db, Embedded};
 
 /// The dump's `format`.
 const FORMAT: &str = "commerce-host-export";
@@ -99,7 +99,7 @@ impl StorageArgs {
     fn open(&self) -> anyhow::Result<Db> {
         let opened = match &self.database_url {
             Some(url) => Db::open_postgres(url, 2, true),
-            None => Db::open_embedded(self.store, &self.data, true),
+            None => Db::open_embedded(self.store, &self.data, true, DEFAULT_STORE_CACHE_MIB),
         };
         opened.map_err(|e| match &self.database_url {
             Some(_) => anyhow!("{e:#}"),

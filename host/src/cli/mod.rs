@@ -87,6 +87,16 @@ struct ServeArgs {
     /// was made with.
     #[arg(long, env = "COMMERCE_HOST_STORE", default_value = "sled")]
     store: crate::storage::Embedded,
+    /// MiB of memory the embedded database keeps of its records (sled's cache of its pages,
+    /// fjall's of its tables' blocks); reads beyond it go to its files. The most of the host's
+    /// memory the store takes.
+    #[arg(
+        long,
+        env = "COMMERCE_HOST_STORE_CACHE_MIB",
+        default_value_t = crate::storage::DEFAULT_STORE_CACHE_MIB,
+        value_parser = clap::value_parser!(u64).range(8..=1_048_576)
+    )]
+    store_cache_mib: u64,
     /// Connections to PostgreSQL at most.
     #[arg(long, env = "COMMERCE_HOST_DATABASE_POOL_SIZE", default_value_t = 16)]
     database_pool_size: u32,
@@ -201,6 +211,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.public_url = args.public_url.filter(|u| !u.trim().is_empty());
     config.database_url = args.database_url.filter(|u| !u.trim().is_empty());
     config.store = args.store;
+    config.store_cache_mib = args.store_cache_mib;
     config.database_pool_size = args.database_pool_size;
     config.claim_lease = std::time::Duration::from_millis(args.claim_lease_ms.max(1));
     let listener = tokio::net::TcpListener::bind(args.listen)

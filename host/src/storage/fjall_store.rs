@@ -246,12 +246,20 @@ const LOCK_WAIT: Duration = Duration::from_secs(2);
 const MAX_JOURNAL: u64 = 64 * 1024 * 1024;
 
 impl FjallStorage {
-    /// Opens (or creates) the keyspace in `dir`, waiting up to [`LOCK_WAIT`] for its lock.
+    /// Opens (or creates) the keyspace in `dir`, waiting up to [`LOCK_WAIT`] for its lock, with
+    /// a cache of [`DEFAULT_STORE_CACHE_MIB`](super::DEFAULT_STORE_CACHE_MIB).
     pub fn open(dir: &Path) -> Result<Self> {
-        Self::open_waiting(dir, LOCK_WAIT)
+        Self::open_cached(dir, super::DEFAULT_STORE_CACHE_MIB)
     }
 
-    fn open_waiting(dir: &Path, wait: Duration) -> Result<Self> {
+    /// [`FjallStorage::open`] with a cache of `cache_mib` MiB: the blocks of its tables fjall
+    /// keeps in memory (fjall's own default is 32 MiB). Its memory tables come on top, up to
+    /// its write buffer of 64 MiB.
+    pub fn open_cached(dir: &Path, cache_mib: u64) -> Result<Self> {
+        Self::open_waiting(dir, LOCK_WAIT, cache_mib)
+    }
+
+    fn open_waiting(dir: &Path, wait: Duration, cache_mib: u64) -> Result<Self> {
         let context = |e: std::io::Error| {
             Error::Internal(
                 anyhow::Error::new(e).context(format!("opening the database in {}", dir.display())),
@@ -282,6 +290,7 @@ impl FjallStorage {
         }
         let keyspace = fjall::Config::new(dir.join("keyspace"))
             .max_journaling_size(MAX_JOURNAL)
+            .cache_size(cache_mib.saturating_mul(1024 * 1024))
             .open()?;
         let records = keyspace.open_partition("records", Default::default())?;
         let heads = Arc::new(Mutex::new(Heads::default()));
@@ -548,7 +557,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let held = FjallStorage::open(dir.path()).expect("open");
         let started = Instant::now();
-        let err = FjallStorage::open_waiting(dir.path(), Duration::from_millis(50))
+        let err = FjallStorage::open_waiting(dir.path(), Duration::from_millis(50), 8)
             .expect_err("the lock is held");
         assert!(started.elapsed() >= Duration::from_millis(50), "it waited");
         let message = format!("{err:#}");

@@ -47,17 +47,25 @@ impl Engine for SledTree {
 const LOCK_WAIT: Duration = Duration::from_secs(2);
 
 impl SledStorage {
-    /// Opens (or creates) the database in `dir`, waiting up to [`LOCK_WAIT`] for its lock.
+    /// Opens (or creates) the database in `dir`, waiting up to [`LOCK_WAIT`] for its lock, with
+    /// a cache of [`DEFAULT_STORE_CACHE_MIB`](super::DEFAULT_STORE_CACHE_MIB).
     pub fn open(dir: &Path) -> Result<Self> {
-        Self::open_waiting(dir, LOCK_WAIT)
+        Self::open_cached(dir, super::DEFAULT_STORE_CACHE_MIB)
     }
 
-    fn open_waiting(dir: &Path, wait: Duration) -> Result<Self> {
+    /// [`SledStorage::open`] with a cache of `cache_mib` MiB: the pages sled keeps in memory,
+    /// the most of the host's memory the store takes (sled's own default is 1 GiB).
+    pub fn open_cached(dir: &Path, cache_mib: u64) -> Result<Self> {
+        Self::open_waiting(dir, LOCK_WAIT, cache_mib)
+    }
+
+    fn open_waiting(dir: &Path, wait: Duration, cache_mib: u64) -> Result<Self> {
         let started = Instant::now();
         let db = loop {
             let opened = sled::Config::new()
                 .path(dir)
                 .mode(sled::Mode::HighThroughput)
+                .cache_capacity(cache_mib.saturating_mul(1024 * 1024))
                 .open();
             match opened {
                 // sled tells a held lock only by its message (an `Other` I/O error).
@@ -455,7 +463,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let _held = SledStorage::open(dir.path()).expect("open");
         let started = Instant::now();
-        let err = SledStorage::open_waiting(dir.path(), Duration::from_millis(50))
+        let err = SledStorage::open_waiting(dir.path(), Duration::from_millis(50), 8)
             .expect_err("the lock is held");
         assert!(started.elapsed() >= Duration::from_millis(50), "it waited");
         let message = format!("{err:#}");

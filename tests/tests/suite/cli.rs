@@ -514,3 +514,70 @@ async fn serve_on_a_folder_another_host_holds_fails_without_announcing_itself() 
         "the reason is named: {stderr}"
     );
 }
+
+/// `--store-cache-mib` (`COMMERCE_HOST_STORE_CACHE_MIB`) sizes the embedded store's cache: a
+/// host started with the smallest one serves and writes, and a size under 8 MiB is refused at
+/// the command line, naming the flag and the sizes it takes.
+#[tokio::test]
+async fn the_store_cache_is_sized_at_the_command_line_and_a_size_too_small_is_refused() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let binary = std::path::Path::new(env!("CARGO_BIN_EXE_test-commerce-host"));
+    let mut refused = std::process::Command::new(binary)
+        .env("COMMERCE_HOST_ADMIN_TOKEN", ADMIN_TOKEN)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--store-cache-mib",
+            "4",
+            "--data",
+        ])
+        .arg(data.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run commerce-host");
+    // A host that took the size would serve until killed: it has 30 s to exit.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        match refused.try_wait().expect("wait for commerce-host") {
+            Some(status) => break status,
+            None if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            None => {
+                refused.kill().expect("kill the host");
+                panic!("a cache of 4 MiB was taken: the host started");
+            }
+        }
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut refused.stderr.take().expect("stderr"), &mut stderr)
+        .expect("read stderr");
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--store-cache-mib") && stderr.contains("8..=1048576"),
+        "the flag and its range are named: {stderr}"
+    );
+    assert!(
+        !data.path().join("db").exists(),
+        "nothing was opened: {stderr}"
+    );
+
+    let (mut host, base) = commerce_host_tests::spawn_binary(
+        binary,
+        data.path(),
+        &[("COMMERCE_HOST_STORE_CACHE_MIB", "8")],
+    )
+    .await;
+    let created = reqwest::Client::new()
+        .post(format!("{base}/admin/v1/stores"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&serde_json::json!({ "domain": "cache.example" }))
+        .send()
+        .await
+        .map(|r| r.status().as_u16());
+    host.kill().expect("kill the host");
+    host.wait().expect("wait for the host");
+    assert_eq!(created.ok(), Some(201), "a store is created");
+}
