@@ -354,16 +354,11 @@ impl Db {
                 data.display()
             )));
         }
-        Ok(match store {
-            Embedded::Sled => Self::new(
-                Arc::new(SledStorage::open_cached(&folder, cache_mib)?),
-                durable,
-            ),
-            Embedded::Fjall => Self::new(
-                Arc::new(FjallStorage::open_cached(&folder, cache_mib)?),
-                durable,
-            ),
-        })
+        let storage: Arc<dyn Storage> = match store {
+            Embedded::Sled => Arc::new(SledStorage::open_cached(&folder, cache_mib)?),
+            Embedded::Fjall => Arc::new(FjallStorage::open_cached(&folder, cache_mib)?),
+        };
+        Ok(Self::new(storage, durable))
     }
 
     /// Reads and decodes the record at `key`.
