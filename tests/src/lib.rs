@@ -515,6 +515,30 @@ impl TestHost {
     }
 }
 
+/// Waits for `child` to exit, up to `timeout` (off the async workers); kills it and returns
+/// `None` if it is still running then.
+pub async fn exit_within(
+    mut child: std::process::Child,
+    timeout: std::time::Duration,
+) -> Option<std::process::ExitStatus> {
+    let started = std::time::Instant::now();
+    tokio::task::spawn_blocking(move || {
+        loop {
+            if let Some(status) = child.try_wait().expect("wait for the child") {
+                return Some(status);
+            }
+            if started.elapsed() > timeout {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    })
+    .await
+    .expect("the waiting thread")
+}
+
 /// Starts the `commerce-host` binary at `binary` (`env!("CARGO_BIN_EXE_test-commerce-host")`)
 /// serving `data` on port 0 with the test admin token and `env`, and returns it with its base URL.
 pub async fn spawn_binary(

@@ -537,23 +537,16 @@ async fn the_store_cache_is_sized_at_the_command_line_and_a_size_too_small_is_re
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("run commerce-host");
+    let mut stderr = refused.stderr.take().expect("stderr");
     // A host that took the size would serve until killed: it has 30 s to exit.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let status = loop {
-        match refused.try_wait().expect("wait for commerce-host") {
-            Some(status) => break status,
-            None if std::time::Instant::now() < deadline => {
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
-            None => {
-                refused.kill().expect("kill the host");
-                panic!("a cache of 4 MiB was taken: the host started");
-            }
-        }
+    let status = commerce_host_tests::exit_within(refused, std::time::Duration::from_secs(30))
+        .await
+        .expect("a cache of 4 MiB was refused: the host exited");
+    let stderr = {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut text).expect("read stderr");
+        text
     };
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut refused.stderr.take().expect("stderr"), &mut stderr)
-        .expect("read stderr");
     assert!(!status.success(), "{stderr}");
     assert!(
         stderr.contains("--store-cache-mib") && stderr.contains("8..=1048576"),

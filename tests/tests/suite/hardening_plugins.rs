@@ -383,7 +383,7 @@ async fn an_uninstalled_component_reaches_nothing_not_even_banners() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_ends_the_host_while_a_component_sleeps() {
     let data = tempfile::tempdir().expect("temp dir");
-    let (mut child, base) = commerce_host_tests::spawn_binary(
+    let (child, base) = commerce_host_tests::spawn_binary(
         std::path::Path::new(env!("CARGO_BIN_EXE_test-commerce-host")),
         data.path(),
         &[],
@@ -447,24 +447,11 @@ async fn sigterm_ends_the_host_while_a_component_sleeps() {
         .status()
         .expect("kill");
     assert!(sent.success());
-    let started = std::time::Instant::now();
-    let status = tokio::task::spawn_blocking(move || {
-        loop {
-            if let Some(status) = child.try_wait().expect("wait") {
-                return Some(status);
-            }
-            if started.elapsed() > Duration::from_secs(30) {
-                let _ = child.kill();
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    })
-    .await
-    .expect("waiter");
-    let status = status.expect(
-        "the host stopped within 30 s of SIGTERM (the guest sleeps 60 s, its limit is 2 s)",
-    );
+    let status = commerce_host_tests::exit_within(child, Duration::from_secs(30))
+        .await
+        .expect(
+            "the host stopped within 30 s of SIGTERM (the guest sleeps 60 s, its limit is 2 s)",
+        );
     assert!(status.success(), "{status}");
 }
 
