@@ -88,8 +88,9 @@ struct ServeArgs {
     #[arg(long, env = "COMMERCE_HOST_STORE", default_value = "sled")]
     store: crate::storage::Embedded,
     /// MiB of memory the embedded database keeps of its records (sled's cache of its pages,
-    /// fjall's of its tables' blocks); reads beyond it go to its files. The most of the host's
-    /// memory the store takes.
+    /// fjall's of its tables' blocks); reads beyond it go to its files. The largest share of the
+    /// store's memory, not a bound on it: fjall's memory tables (up to 64 MiB) and sled's entry
+    /// for each page of its tree come on top.
     #[arg(
         long,
         env = "COMMERCE_HOST_STORE_CACHE_MIB",

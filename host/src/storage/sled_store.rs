@@ -54,7 +54,8 @@ impl SledStorage {
     }
 
     /// [`SledStorage::open`] with a cache of `cache_mib` MiB: the pages sled keeps in memory,
-    /// the most of the host's memory the store takes (sled's own default is 1 GiB).
+    /// the largest share of the store's memory, not all of it (sled also keeps a small entry
+    /// for every page of its tree; sled's own default cache is 1 GiB).
     pub fn open_cached(dir: &Path, cache_mib: u64) -> Result<Self> {
         Self::open_waiting(dir, LOCK_WAIT, cache_mib)
     }
