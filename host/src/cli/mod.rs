@@ -95,7 +95,7 @@ struct ServeArgs {
         long,
         env = "COMMERCE_HOST_STORE_CACHE_MIB",
         default_value_t = crate::storage::DEFAULT_STORE_CACHE_MIB,
-        value_parser = clap::value_parser!(u64).range(8..=1_048_576)
+        value_parser = clap::value_parser!(u64).range(crate::storage::STORE_CACHE_MIB)
     )]
     store_cache_mib: u64,
     /// Connections to PostgreSQL at most.

@@ -36,6 +36,10 @@ pub use sled_store::SledStorage;
 /// 1 GiB made a host under steady writes grow to about 950 MiB and stay there.
 pub const DEFAULT_STORE_CACHE_MIB: u64 = 256;
 
+/// The sizes of the embedded store's cache a host takes, in MiB (`--store-cache-mib`): from
+/// 8 MiB, under which a store reads nearly every record from its files, to 1 TiB.
+pub const STORE_CACHE_MIB: std::ops::RangeInclusive<u64> = 8..=1_048_576;
+
 /// The embedded store of a data folder, where no PostgreSQL is given (`--store`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Embedded {
@@ -332,8 +336,8 @@ impl Db {
     }
 
     /// Opens (or creates) the embedded store `store` of the data folder `data`
-    /// ([`Embedded::folder`]) with a cache of `cache_mib` MiB ([`DEFAULT_STORE_CACHE_MIB`]),
-    /// refusing to create it where the folder already holds the other one's records: a host
+    /// ([`Embedded::folder`]) with a cache of `cache_mib` MiB ([`DEFAULT_STORE_CACHE_MIB`];
+    /// a size outside [`STORE_CACHE_MIB`] is refused), refusing to create it where the folder already holds the other one's records: a host
     /// started with the wrong `--store` would otherwise serve an empty store.
     pub fn open_embedded(
         store: Embedded,
@@ -341,6 +345,13 @@ impl Db {
         durable: bool,
         cache_mib: u64,
     ) -> Result<Self> {
+        if !STORE_CACHE_MIB.contains(&cache_mib) {
+            return Err(Error::Internal(anyhow::anyhow!(
+                "a store cache of {cache_mib} MiB is outside {}..={} MiB",
+                STORE_CACHE_MIB.start(),
+                STORE_CACHE_MIB.end()
+            )));
+        }
         let other = match store {
             Embedded::Sled => Embedded::Fjall,
             Embedded::Fjall => Embedded::Sled,
@@ -1097,8 +1108,9 @@ fn decode<T: DeserializeOwned>(key: &str, bytes: &[u8]) -> Result<T> {
 mod tests {
     use super::*;
 
-    /// The smallest cache `--store-cache-mib` allows (8 MiB) with twice as many bytes of records
-    /// written: every record reads back, at once and after the store is opened again.
+    /// The smallest cache `--store-cache-mib` allows (the start of [`STORE_CACHE_MIB`], 8 MiB)
+    /// with twice as many bytes of records written: every record reads back, at once and after
+    /// the store is opened again. A MiB less is refused before anything is opened.
     #[test]
     fn an_embedded_store_with_the_smallest_cache_reads_back_twice_what_fits_in_it() {
         const RECORDS: usize = 4_000;
@@ -1121,7 +1133,17 @@ mod tests {
                 assert_eq!(listed, RECORDS, "{store:?}");
             };
             {
-                let db = Db::open_embedded(store, dir.path(), false, 8).expect("open");
+                let smallest = *STORE_CACHE_MIB.start();
+                let refused = Db::open_embedded(store, dir.path(), false, smallest - 1);
+                assert!(
+                    refused.is_err_and(|e| e.to_string().contains("outside 8..=1048576 MiB")),
+                    "{store:?}"
+                );
+                assert!(
+                    !store.folder(dir.path()).exists(),
+                    "{store:?}: nothing opened"
+                );
+                let db = Db::open_embedded(store, dir.path(), false, smallest).expect("open");
                 for chunk in 0..RECORDS / 100 {
                     db.tx(|tx| {
                         (chunk * 100..(chunk + 1) * 100).try_for_each(|i| tx.write(&key(i), &value))
@@ -1131,7 +1153,8 @@ mod tests {
                 db.flush().expect("flush");
                 check(&db);
             }
-            let db = Db::open_embedded(store, dir.path(), false, 8).expect("open again");
+            let db = Db::open_embedded(store, dir.path(), false, *STORE_CACHE_MIB.start())
+                .expect("open again");
             check(&db);
         }
     }
