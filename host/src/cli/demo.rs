@@ -404,7 +404,7 @@ Try:
   curl -s -H "$SHOP" -H 'content-type: application/json' {base}/v1/inventory/adjust -d '{{"variant_id":"<var_… of the tea>","set":2}}'
   curl -s -H "$ADMIN" {base}/admin/v1/stores/{store}/banners
   # ship an order: review-request posts a feed card
-  curl -s -H "$SHOP" -H 'content-type: application/json' {base}/v1/orders/<ord_…>/fulfillments -d '{{"line_items":[]}}'
+  curl -s -H "$SHOP" -H 'content-type: application/json' {base}/v1/orders/<ord_…>/fulfillments -d '{{}}'   # every line item
   curl -s -H "$ADMIN" {base}/admin/v1/stores/{store}/feed
   # what a plugin did, with its log lines
   commerce-host plugin logs --host {base} --store {store} --installation <inst_… below>

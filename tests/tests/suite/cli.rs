@@ -460,6 +460,147 @@ async fn the_demo_seeded_twice_adds_nothing() {
     .await;
 }
 
+/// The walkthrough `demo` prints ("Try:"), run as printed: each `curl` line, its placeholders
+/// filled in as a reader would (a customer, a variant, the order the walkthrough placed and its
+/// total, the tea), answers with a success, and the plugins do what its comments say. Each
+/// placeholder the text uses must be one this test knows, so a new step is run here too.
+#[tokio::test]
+async fn the_demos_walkthrough_runs_as_printed() {
+    let host = TestHost::start().await;
+    let demo = demo::seed(
+        &client(&host),
+        &components_dir(),
+        &host.data_dir().join("demo-shop-token"),
+    )
+    .await
+    .expect("seeding");
+    let text = demo::next_steps(&host.base, &host.data_dir().join("admin-token"), &demo);
+    let mut commands = Vec::new();
+    let mut command = String::new();
+    for line in text.lines().map(str::trim) {
+        if command.is_empty() && !line.starts_with("curl ") {
+            continue;
+        }
+        let (part, continued) = line
+            .strip_suffix('\\')
+            .map_or((line, false), |part| (part, true));
+        command.push_str(part);
+        command.push(' ');
+        if !continued {
+            commands.push(std::mem::take(&mut command));
+        }
+    }
+    assert_eq!(commands.len(), 9, "{text}");
+
+    let shop = demo.token.as_str();
+    let products = host
+        .call(shop, Method::GET, "/v1/products?limit=250", None)
+        .await
+        .expect(200);
+    let products = products.body["data"].as_array().expect("products").clone();
+    let variant_of = |tea: bool| {
+        products
+            .iter()
+            .find(|p| p["title"].as_str().is_some_and(|t| t.contains("tea,")) == tea)
+            .and_then(|p| p["variants"][0]["id"].as_str())
+            .expect("a variant")
+            .to_owned()
+    };
+    let customers = host
+        .call(shop, Method::GET, "/v1/customers", None)
+        .await
+        .expect(200);
+    let customer = customers.body["data"][0]["id"]
+        .as_str()
+        .expect("a customer")
+        .to_owned();
+    let mut order: Option<(String, i64)> = None;
+    for command in &commands {
+        let (order_id, total) = order
+            .clone()
+            .map_or((None, None), |(id, total)| (Some(id), Some(total)));
+        let mut filled = command
+            .replace("<cus_… from /v1/customers>", &customer)
+            .replace("<var_… of the tea>", &variant_of(true))
+            .replace("<var_…>", &variant_of(false));
+        if let (Some(id), Some(total)) = (order_id, total) {
+            filled = filled
+                .replace("<ord_…>", &id)
+                .replace("<total>", &total.to_string());
+        }
+        assert!(!filled.contains('<'), "a placeholder left: {filled}");
+        let token = if filled.contains(r#"-H "$SHOP""#) {
+            shop
+        } else {
+            assert!(filled.contains(r#"-H "$ADMIN""#), "{filled}");
+            ADMIN_TOKEN
+        };
+        let url = filled
+            .split_whitespace()
+            .find(|word| word.starts_with(&host.base))
+            .expect("a URL");
+        let path = &url[host.base.len()..];
+        let body = filled.split_once("-d '").map(|(_, rest)| {
+            let json = rest.split_once('\'').expect("a closing quote").0;
+            serde_json::from_str::<Value>(json).expect("the body is JSON")
+        });
+        let method = if body.is_some() {
+            Method::POST
+        } else {
+            Method::GET
+        };
+        let reply = host.send(method, path, Some(token), body).await;
+        assert!(
+            (200..300).contains(&reply.status),
+            "{filled}\n→ {} {}",
+            reply.status,
+            reply.body
+        );
+        if path == "/v1/orders" {
+            let id = reply.body["id"]
+                .as_str()
+                .expect("the order's id")
+                .to_owned();
+            order = Some((id, reply.body["total"].as_i64().expect("its total")));
+        }
+    }
+
+    // What the comments promise: the thank-you email, the tag, the tea's banner, the feed card.
+    let (order, _) = order.expect("the walkthrough placed an order");
+    let store = &demo.store;
+    let listed = |what: &str| {
+        let path = format!("/admin/v1/stores/{store}/{what}");
+        let host = &host;
+        async move { host.admin(Method::GET, &path, None).await.expect(200).body }
+    };
+    host.eventually("the order's thank-you email", || async {
+        listed("outbox")
+            .await
+            .to_string()
+            .contains(&order)
+            .then_some(())
+    })
+    .await;
+    host.eventually("the order's tag", || async {
+        let read = host
+            .call(shop, Method::GET, &format!("/v1/orders/{order}"), None)
+            .await
+            .expect(200);
+        (read.body["tags"].as_array().map_or(0, Vec::len) > 0).then_some(())
+    })
+    .await;
+    let banners = listed("banners").await;
+    assert!(banners.to_string().contains("Loose-leaf tea"), "{banners}");
+    host.eventually("the shipped order's feed card", || async {
+        listed("feed")
+            .await
+            .to_string()
+            .contains(&order)
+            .then_some(())
+    })
+    .await;
+}
+
 /// `serve` announces itself only once its storage is open and its engine runs: on a data folder
 /// another host holds, it fails with the reason and never prints its listening line (before, it
 /// printed the line, then failed, and a supervisor that waited for the line sent its requests to
