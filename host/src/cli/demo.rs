@@ -374,10 +374,14 @@ async fn seed_catalogue(client: &HostClient, store: &str, token: &str) -> anyhow
     Ok(())
 }
 
-/// What to try next, for the demo's banner on stdout.
-pub fn next_steps(base: &str, admin_token_path: &Path, demo: &Demo) -> String {
+/// What to try next, for the demo's banner on stdout. `program` is how to run this binary
+/// again (its path, so that the `plugin logs` line runs where `commerce-host` is not on the
+/// `PATH`, as under `cargo run`).
+pub fn next_steps(base: &str, admin_token_path: &Path, program: &Path, demo: &Demo) -> String {
     let store = &demo.store;
     let token = &demo.token;
+    let admin = shell_quoted(&admin_token_path.display().to_string());
+    let program = shell_quoted(&program.display().to_string());
     format!(
         r#"
 The demo store {DOMAIN} is {store}, with products, customers, orders and the example plugins
@@ -407,7 +411,7 @@ Try:
   curl -s -H "$SHOP" -H 'content-type: application/json' {base}/v1/orders/<ord_…>/fulfillments -d '{{}}'   # every line item
   curl -s -H "$ADMIN" {base}/admin/v1/stores/{store}/feed
   # what a plugin did, with its log lines
-  commerce-host plugin logs --host {base} --store {store} --installation <inst_… below>
+  COMMERCE_HOST_ADMIN_TOKEN="$(cat {admin})" {program} plugin logs --host {base} --store {store} --installation <inst_… below>
 {installations}"#,
         examples = EXAMPLES.join(", "),
         accounts = demo
@@ -416,7 +420,6 @@ Try:
             .map(|a| format!("    {:<9}  {}  {}", a.role, a.email, a.password))
             .collect::<Vec<_>>()
             .join("\n"),
-        admin = admin_token_path.display(),
         installations = demo
             .installations
             .iter()
@@ -424,4 +427,10 @@ Try:
             .collect::<Vec<_>>()
             .join("\n"),
     )
+}
+
+/// `text` as one word for a POSIX shell: in single quotes, each single quote in it closed,
+/// escaped and reopened.
+fn shell_quoted(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
 }

@@ -265,7 +265,12 @@ async fn run_demo(args: DemoArgs) -> anyhow::Result<()> {
     println!("commerce-host demo listening on {base}");
     println!(
         "{}",
-        demo::next_steps(&base, &crate::config::admin_token_path(&args.data), &demo)
+        demo::next_steps(
+            &base,
+            &crate::config::admin_token_path(&args.data),
+            &std::env::current_exe().unwrap_or_else(|_| "commerce-host".into()),
+            &demo
+        )
     );
     host.await.context("the host task")?
 }

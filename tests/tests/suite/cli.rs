@@ -440,7 +440,12 @@ async fn the_demo_seeded_twice_adds_nothing() {
         .await
         .expect("signed in");
     assert_eq!(signed.status(), 303);
-    let text = demo::next_steps(&host.base, &host.data_dir().join("admin-token"), &first);
+    let text = demo::next_steps(
+        &host.base,
+        &host.data_dir().join("admin-token"),
+        std::path::Path::new("commerce-host"),
+        &first,
+    );
     assert!(
         text.contains(&owner.password) && text.contains("/sign-in"),
         "{text}"
@@ -474,7 +479,12 @@ async fn the_demos_walkthrough_runs_as_printed() {
     )
     .await
     .expect("seeding");
-    let text = demo::next_steps(&host.base, &host.data_dir().join("admin-token"), &demo);
+    // The host under test takes its admin token from its configuration; a host started by
+    // `demo` writes it to this file, which the walkthrough reads.
+    let admin_token = host.data_dir().join("admin-token");
+    std::fs::write(&admin_token, ADMIN_TOKEN).expect("write the admin token");
+    let program = std::path::Path::new(env!("CARGO_BIN_EXE_test-commerce-host"));
+    let text = demo::next_steps(&host.base, &admin_token, program, &demo);
     let mut commands = Vec::new();
     let mut command = String::new();
     for line in text.lines().map(str::trim) {
@@ -599,6 +609,31 @@ async fn the_demos_walkthrough_runs_as_printed() {
             .then_some(())
     })
     .await;
+
+    // Its last line, run by a shell as printed: the order-thanks plugin's log shows the order.
+    let logs = text
+        .lines()
+        .find(|line| line.contains(" plugin logs "))
+        .expect("the plugin logs line");
+    let (_, thanks) = demo
+        .installations
+        .iter()
+        .find(|(plugin, _)| plugin == "order-thanks")
+        .expect("order-thanks is installed");
+    let logs = logs.replace("<inst_… below>", thanks);
+    let shell = tokio::process::Command::new("sh")
+        .args(["-c", &logs])
+        .env_remove("COMMERCE_HOST_ADMIN_TOKEN")
+        .output()
+        .await
+        .expect("run sh");
+    let printed = String::from_utf8_lossy(&shell.stdout);
+    assert!(
+        shell.status.success() && printed.contains(&format!("thank-you for {order}")),
+        "{logs}\n→ {}: {printed}{}",
+        shell.status,
+        String::from_utf8_lossy(&shell.stderr)
+    );
 }
 
 /// `serve` announces itself only once its storage is open and its engine runs: on a data folder
