@@ -594,3 +594,155 @@ async fn an_owner_installs_behind_consent_configures_reads_messages_and_invites_
         .expect(200);
     assert_eq!(after.body["status"], "uninstalled");
 }
+
+/// What plugins link to from banners and cards: `/products/{id}` (a low-stock banner's
+/// "Restock") and `/orders/{id}` (a review card) are pages of the store, for its members only.
+/// The product page shows each variant's stock and sets it (the same rules and event as
+/// `POST /v1/inventory/adjust`); the order page shows the order; any other path under the store
+/// is the not-found page, not the API's JSON.
+#[tokio::test]
+async fn a_member_follows_plugin_links_to_a_product_to_restock_and_to_an_order() {
+    let host = TestHost::start().await;
+    let (store, token) = host.store_with_plugin("linked.example", &ALL_SCOPES).await;
+    let product = host
+        .call(
+            &token,
+            Method::POST,
+            "/v1/products",
+            Some(
+                json!({"title": "Tea <loose>", "variants": [{"title": "100 g",
+                "sku": "TEA-100", "price": 850, "currency": "EUR",
+                "inventory_quantity": 2, "low_stock_threshold": 5}]}),
+            ),
+        )
+        .await
+        .expect(201)
+        .body;
+    let product_id = product["id"].as_str().expect("product id");
+    let variant = product["variants"][0]["id"].as_str().expect("variant id");
+    let order = host.place_order(&token).await;
+    let order_id = order["id"].as_str().expect("order id");
+    let mut ada = owner_signed_in(&host, &store, "ada@linked.example", "correct horse").await;
+
+    // The product: its variant's price, stock and threshold, marked low; HTML escaped.
+    let path = format!("/stores/{store}/products/{product_id}");
+    let page = ada.get(&path).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    for part in [
+        "Tea &#60;loose&#62;",
+        "TEA-100",
+        "8.50 EUR",
+        "<td>2 <span class=\"error\">low</span></td><td>5</td>",
+    ] {
+        assert!(page.body.contains(part), "{part:?}:\n{}", page.body);
+    }
+    let csrf = page.csrf();
+    let stock = format!("{path}/variants/{variant}/stock");
+    let stock_in_api = || async {
+        let read = host
+            .call(
+                &token,
+                Method::GET,
+                &format!("/v1/products/{product_id}"),
+                None,
+            )
+            .await
+            .expect(200);
+        read.body["variants"][0]["inventory_quantity"].clone()
+    };
+
+    // Restocked to 40: the page says so, the API reads 40, and the crossing fired its event.
+    let set = ada
+        .post(&stock, &[("csrf", &csrf), ("quantity", "40")])
+        .await;
+    assert_eq!(set.status, StatusCode::SEE_OTHER);
+    assert_eq!(set.location.as_deref(), Some(path.as_str()));
+    let page = ada.get(&path).await;
+    assert!(
+        page.body.contains("Stock set to 40 (it was 2).") && page.body.contains("<td>40</td>"),
+        "{}",
+        page.body
+    );
+    assert_eq!(stock_in_api().await, 40);
+    let updates = host.events(&store, "product.inventory.updated").await;
+    let last = updates.last().expect("an inventory event");
+    assert_eq!(last["data"]["inventory"]["inventory_quantity"], 40);
+    assert_eq!(last["data"]["reason"], "restocked");
+
+    // Refused values leave the stock as it was and say why; a form without its token is 403.
+    for (quantity, says) in [
+        ("-1", "The stock was not changed"),
+        (
+            "many",
+            "The stock must be a whole number; got &#34;many&#34;.",
+        ),
+        ("1000000000000", "The stock was not changed"),
+    ] {
+        let set = ada
+            .post(&stock, &[("csrf", &csrf), ("quantity", quantity)])
+            .await;
+        assert_eq!(set.status, StatusCode::SEE_OTHER, "{quantity}");
+        let page = ada.get(&path).await;
+        assert!(page.body.contains(says), "{quantity}: {}", page.body);
+        assert!(
+            page.body.contains("<td>40</td>"),
+            "{quantity}: {}",
+            page.body
+        );
+    }
+    let forged = ada.post(&stock, &[("quantity", "0")]).await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN);
+
+    // The order: its line, amounts and states.
+    let page = ada.get(&format!("/stores/{store}/orders/{order_id}")).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    for part in [
+        format!("Order {order_id}"),
+        "<td>Mug</td>".to_owned(),
+        "12.50 EUR".to_owned(),
+        "payment: pending".to_owned(),
+    ] {
+        assert!(page.body.contains(&part), "{part:?}:\n{}", page.body);
+    }
+
+    // Another path, another store's member, a product or order that is not there: not found,
+    // as a page.
+    let theirs = host.create_store("elsewhere.example").await;
+    let mut bob = owner_signed_in(&host, &theirs, "bob@elsewhere.example", "battery staple").await;
+    let bob_csrf = bob.get(&format!("/stores/{theirs}")).await.csrf();
+    for (bobs, path) in [
+        (
+            false,
+            format!("/stores/{store}/customers/cus_01JAAAAAAAAAAAAAAAAAAAAAAA"),
+        ),
+        (
+            false,
+            format!("/stores/{store}/products/prod_01JAAAAAAAAAAAAAAAAAAAAAAA"),
+        ),
+        (false, format!("/stores/{store}/orders/not-an-id")),
+        (true, format!("/stores/{store}/products/{product_id}")),
+        (true, format!("/stores/{store}/orders/{order_id}")),
+    ] {
+        let page = if bobs {
+            bob.get(&path).await
+        } else {
+            ada.get(&path).await
+        };
+        assert_eq!(page.status, StatusCode::NOT_FOUND, "{path}: {}", page.body);
+        assert!(
+            page.body.contains("There is no such page"),
+            "{path}: {}",
+            page.body
+        );
+    }
+    let theirs_set = bob
+        .post(&stock, &[("csrf", &bob_csrf), ("quantity", "0")])
+        .await;
+    assert_eq!(theirs_set.status, StatusCode::NOT_FOUND);
+    assert_eq!(stock_in_api().await, 40);
+    let mut nobody = commerce_host_tests::pages::Browser::new(&host);
+    let page = nobody
+        .get(&format!("/stores/{store}/products/{product_id}"))
+        .await;
+    assert_eq!(page.location.as_deref(), Some("/sign-in"));
+}

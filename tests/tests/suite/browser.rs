@@ -335,14 +335,31 @@ async fn an_owner_signs_in_and_acts_on_the_feed_in_a_real_browser() {
     let url = browser.current_url().await.expect("url");
     assert_eq!(url.path(), format!("/stores/{store}"));
 
-    // A banner over HTTP, a card through the WIT call of a component.
+    // A banner over HTTP, linking to a product, a card through the WIT call of a component.
+    let tea = host
+        .call(
+            &token,
+            Method::POST,
+            "/v1/products",
+            Some(
+                json!({"title": "Tea", "variants": [{"title": "Tin", "price": 900,
+                "currency": "EUR", "inventory_quantity": 2, "low_stock_threshold": 5}]}),
+            ),
+        )
+        .await
+        .expect(201)
+        .body;
+    let tea = tea["id"].as_str().expect("the tea's id").to_owned();
     host.call(
         &token,
         Method::POST,
         "/v1/notifications",
-        Some(json!({"channel": "banner", "banner": {"tone": "warn", "title": "Tea is running low",
+        Some(
+            json!({"channel": "banner", "banner": {"tone": "warn", "title": "Tea is running low",
             "body": "2 tins left at the warehouse.", "ttl_hours": 24,
-            "ctas": [{"label": "Restock", "href": "/products/tea"}, {"label": "Got it", "dismiss": true}]}})),
+            "ctas": [{"label": "Restock", "href": format!("/products/{tea}")},
+                {"label": "Got it", "dismiss": true}]}}),
+        ),
     )
     .await
     .expect(202);
@@ -368,6 +385,31 @@ async fn an_owner_signs_in_and_acts_on_the_feed_in_a_real_browser() {
         assert!(text.contains(part), "{part:?} on the page:\n{text}");
     }
     screenshot(&browser, "feed").await;
+
+    // The card's link: the order it is about.
+    click(&browser, "article.card a.primary").await;
+    wait_for_path(&browser, &format!("/stores/{store}/orders/")).await;
+    let text = until_shown(&browser, "shipping: fulfilled").await;
+    assert!(text.contains("Mug") && text.contains("12.50 EUR"), "{text}");
+    screenshot(&browser, "order").await;
+    browser.back().await.expect("back to the feed");
+
+    // The banner's "Restock": the product, its stock set from its page.
+    click(&browser, "section.banner a.button").await;
+    wait_for_path(&browser, &format!("/stores/{store}/products/{tea}")).await;
+    let text = until_shown(&browser, "Low-stock threshold").await;
+    assert!(text.contains("Tin") && text.contains("9.00 EUR"), "{text}");
+    fill(&browser, "input[name=quantity]", "24").await;
+    click(&browser, "form[action$='/stock'] button[type=submit]").await;
+    let text = until_shown_once(&browser, "Stock set to 24 (it was 2).").await;
+    assert!(
+        !text.contains("low"),
+        "restocked above the threshold:\n{text}"
+    );
+    screenshot(&browser, "product-restocked").await;
+    click(&browser, "nav a").await;
+    wait_for_path(&browser, &format!("/stores/{store}")).await;
+    until_shown(&browser, "Tea is running low").await;
 
     // Dismissing: the banner's "Got it", then the card's Dismiss.
     click(&browser, "section.banner form button[type=submit]").await;

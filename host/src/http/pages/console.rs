@@ -216,9 +216,7 @@ async fn revoke_key(
     if !csrf_ok(fields.get("csrf"), &session.csrf) {
         return Err(csrf_refused());
     }
-    let id: crate::model::ids::ApiKeyId = id
-        .parse()
-        .map_err(|_| PageError::Failed(Error::not_found("API key", &id)))?;
+    let id: crate::model::ids::ApiKeyId = page_id("API key", &id)?;
     let service = app.service.clone();
     let revoked = blocking(move || service.revoke_api_key(&account, &id)).await?;
     Ok(redirect_with_notice(
@@ -239,12 +237,8 @@ struct At {
 impl At {
     fn parse(store: &str, id: &str) -> Result<Self, PageError> {
         Ok(Self {
-            store: store
-                .parse()
-                .map_err(|_| PageError::Failed(Error::not_found("store", store)))?,
-            id: id
-                .parse()
-                .map_err(|_| PageError::Failed(Error::not_found("installation", id)))?,
+            store: page_id("store", store)?,
+            id: page_id("installation", id)?,
         })
     }
 
@@ -269,9 +263,7 @@ impl Target {
         if raw == "component" {
             return Ok(Self::Component);
         }
-        raw.parse()
-            .map(Self::Webhook)
-            .map_err(|_| PageError::Failed(Error::not_found("webhook", raw)))
+        page_id("webhook", raw).map(Self::Webhook)
     }
 
     fn segment(&self) -> String {
@@ -670,9 +662,7 @@ async fn delivery_page(
 ) -> PageResult {
     let ctx = ctx(&app, &headers, &store_id, &id).await?;
     let target = Target::parse(&target)?;
-    let event: EventId = event
-        .parse()
-        .map_err(|_| PageError::Failed(Error::not_found("delivery", &event)))?;
+    let event: EventId = page_id("delivery", &event)?;
     let service = app.service.clone();
     let (actor, store, t) = (ctx.actor.clone(), ctx.at.store.clone(), target.clone());
     let reference = target.reference(&ctx.at.id);

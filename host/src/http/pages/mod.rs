@@ -26,7 +26,7 @@ mod console;
 use super::AppState;
 use crate::model::account::{Account, Session};
 use crate::model::error::Error;
-use crate::model::ids::{MessageId, StoreId};
+use crate::model::ids::{MessageId, OrderId, ProductId, StoreId, VariantId};
 use crate::model::message::{Banner, FeedCard, Tone};
 use crate::service::pagination::PageRequest;
 
@@ -66,6 +66,13 @@ pub fn router() -> Router<AppState> {
         )
         .route("/stores/{store_id}/messages", get(messages))
         .route("/stores/{store_id}/staff", get(staff).post(invite_staff))
+        .route("/stores/{store_id}/products/{id}", get(product_page))
+        .route(
+            "/stores/{store_id}/products/{id}/variants/{variant}/stock",
+            post(set_stock),
+        )
+        .route("/stores/{store_id}/orders/{id}", get(order_page))
+        .route("/stores/{store_id}/{*rest}", get(no_store_page))
         .merge(console::router())
 }
 
@@ -119,6 +126,12 @@ impl IntoResponse for PageError {
 }
 
 type PageResult = Result<Response, PageError>;
+
+/// An id from a page's path: one that does not parse names nothing, so it is not found.
+fn page_id<T: std::str::FromStr>(kind: &'static str, raw: &str) -> Result<T, PageError> {
+    raw.parse()
+        .map_err(|_| PageError::Failed(Error::not_found(kind, raw)))
+}
 
 /// Marks a response as a rendered page, so that the error layer keeps its HTML body.
 #[derive(Debug, Clone, Copy)]
@@ -531,9 +544,7 @@ async fn merchant(
     let Some((session, account)) = session(app, headers).await? else {
         return Err(PageError::SignIn);
     };
-    let store: StoreId = store_id
-        .parse()
-        .map_err(|_| PageError::Failed(Error::not_found("store", store_id)))?;
+    let store: StoreId = page_id("store", store_id)?;
     let service = app.service.clone();
     let (checked_account, checked_store) = (account.clone(), store.clone());
     blocking(move || service.merchant_store(&checked_account, &checked_store)).await?;
@@ -582,9 +593,7 @@ async fn dismiss(
     if !csrf_ok(fields.get("csrf"), &session.csrf) {
         return Err(csrf_refused());
     }
-    let id: MessageId = id
-        .parse()
-        .map_err(|_| PageError::Failed(Error::not_found("message", &id)))?;
+    let id: MessageId = page_id("message", &id)?;
     let service = app.service.clone();
     let target = store.clone();
     blocking(move || what(&service, &target, &id)).await?;
@@ -900,9 +909,7 @@ async fn uninstall(
     req: Request,
 ) -> PageResult {
     let (member, _) = store_form(&app, &store_id, req).await?;
-    let id: crate::model::ids::InstallationId = id
-        .parse()
-        .map_err(|_| PageError::Failed(Error::not_found("installation", &id)))?;
+    let id: crate::model::ids::InstallationId = page_id("installation", &id)?;
     let service = app.service.clone();
     let store = member.store.clone();
     let gone = blocking(move || service.uninstall(&store, &id)).await?;
@@ -929,9 +936,7 @@ async fn settings_form(
     headers: HeaderMap,
 ) -> PageResult {
     let member = store_member(&app, &headers, &store_id).await?;
-    let id: crate::model::ids::InstallationId = id
-        .parse()
-        .map_err(|_| PageError::Failed(Error::not_found("installation", &id)))?;
+    let id: crate::model::ids::InstallationId = page_id("installation", &id)?;
     let service = app.service.clone();
     let store = member.store.clone();
     let installation = blocking(move || service.installation(&store, &id)).await?;
@@ -962,9 +967,7 @@ async fn save_settings(
     req: Request,
 ) -> PageResult {
     let (member, fields) = store_form(&app, &store_id, req).await?;
-    let id: crate::model::ids::InstallationId = id
-        .parse()
-        .map_err(|_| PageError::Failed(Error::not_found("installation", &id)))?;
+    let id: crate::model::ids::InstallationId = page_id("installation", &id)?;
     let text = fields.get("settings").cloned().unwrap_or_default();
     let parsed = serde_json::from_str::<serde_json::Value>(&text)
         .map_err(|e| Error::invalid("settings", format!("is not JSON: {e}")));
@@ -1063,6 +1066,222 @@ async fn messages(
     ))
 }
 
+// --- What plugins link to: a product (its stock) and an order -----------------------------
+
+/// An amount in minor units as the merchant reads it, with the currency's ISO 4217 decimals:
+/// none for the yen and the others without minor units, three for the dinars that have them,
+/// two otherwise.
+fn display_amount(minor: i64, currency: &str) -> String {
+    const NO_DECIMALS: &[&str] = &[
+        "BIF", "CLP", "DJF", "GNF", "ISK", "JPY", "KMF", "KRW", "PYG", "RWF", "UGX", "UYI", "VND",
+        "VUV", "XAF", "XOF", "XPF",
+    ];
+    const THREE_DECIMALS: &[&str] = &["BHD", "IQD", "JOD", "KWD", "LYD", "OMR", "TND"];
+    let decimals = if NO_DECIMALS.contains(&currency) {
+        0
+    } else if THREE_DECIMALS.contains(&currency) {
+        3
+    } else {
+        2
+    };
+    let sign = if minor < 0 { "-" } else { "" };
+    let units = minor.unsigned_abs();
+    if decimals == 0 {
+        return format!("{sign}{units} {currency}");
+    }
+    let scale = 10u64.pow(decimals);
+    format!(
+        "{sign}{}.{:0width$} {currency}",
+        units / scale,
+        units % scale,
+        width = decimals as usize
+    )
+}
+
+struct VariantView {
+    id: String,
+    title: String,
+    sku: String,
+    price: String,
+    stock: i64,
+    threshold: String,
+    low: bool,
+}
+
+#[derive(Template)]
+#[template(path = "product.html")]
+struct ProductPage {
+    top: Top,
+    path: String,
+    title: String,
+    status: String,
+    variants: Vec<VariantView>,
+}
+
+/// A product of the store with its variants' stock, and a form to set each one's stock: where a
+/// low-stock banner's "Restock" leads (`/products/{id}`).
+async fn product_page(
+    State(app): State<AppState>,
+    Path((store_id, id)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> PageResult {
+    let member = store_member(&app, &headers, &store_id).await?;
+    let id: ProductId = page_id("product", &id)?;
+    let service = app.service.clone();
+    let store = member.store.clone();
+    let product = blocking(move || service.store_product(&store, &id)).await?;
+    let mut top = member.top();
+    top.notice = notice(&headers);
+    let page = html(
+        StatusCode::OK,
+        &ProductPage {
+            top,
+            path: format!("{}/products/{}", member.path(), product.id),
+            title: product.title,
+            status: wire_name(&product.status),
+            variants: product
+                .variants
+                .into_iter()
+                .map(|v| VariantView {
+                    low: v
+                        .low_stock_threshold
+                        .is_some_and(|t| v.inventory_quantity <= t),
+                    threshold: v
+                        .low_stock_threshold
+                        .map_or_else(|| "none".to_owned(), |t| t.to_string()),
+                    price: display_amount(v.price, &v.currency),
+                    id: v.id.to_string(),
+                    title: v.title,
+                    sku: v.sku.unwrap_or_default(),
+                    stock: v.inventory_quantity,
+                })
+                .collect(),
+        },
+    );
+    Ok(shown(&app, page, &headers))
+}
+
+/// The product page's form: sets one variant's stock, then shows the page again with what
+/// changed (or why not).
+async fn set_stock(
+    State(app): State<AppState>,
+    Path((store_id, id, variant)): Path<(String, String, String)>,
+    req: Request,
+) -> PageResult {
+    let (member, fields) = store_form(&app, &store_id, req).await?;
+    let back = format!("{}/products/{id}", member.path());
+    let variant: VariantId = page_id("variant", &variant)?;
+    let quantity = fields.get("quantity").map(|q| q.trim()).unwrap_or_default();
+    let Ok(quantity) = quantity.parse::<i64>() else {
+        let text = format!("The stock must be a whole number; got \"{quantity}\".");
+        return Ok(redirect_with_notice(&app, &back, &text));
+    };
+    let service = app.service.clone();
+    let store = member.store.clone();
+    let set = blocking(move || {
+        let store = service.store(&store)?.reference();
+        service.set_stock(&store, &variant, quantity)
+    })
+    .await;
+    let text = match set {
+        Ok(level) => format!(
+            "Stock set to {} (it was {}).",
+            level.inventory_quantity, level.previous_quantity
+        ),
+        Err(PageError::Failed(
+            Error::Validation { message, .. } | Error::Conflict { message, .. },
+        )) => format!("The stock was not changed: {message}."),
+        Err(e) => return Err(e),
+    };
+    Ok(redirect_with_notice(&app, &back, &text))
+}
+
+struct LineView {
+    title: String,
+    sku: String,
+    quantity: i64,
+    unit_price: String,
+    total: String,
+    fulfilled: i64,
+    refunded: i64,
+}
+
+#[derive(Template)]
+#[template(path = "order.html")]
+struct OrderPage {
+    top: Top,
+    id: String,
+    status: String,
+    financial: String,
+    fulfillment: String,
+    email: String,
+    created_at: String,
+    lines: Vec<LineView>,
+    subtotal: String,
+    total: String,
+    paid: String,
+    refunded: String,
+    tags: String,
+    note: String,
+}
+
+/// An order of the store, read only: where a feed card about an order leads (`/orders/{id}`).
+async fn order_page(
+    State(app): State<AppState>,
+    Path((store_id, id)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> PageResult {
+    let member = store_member(&app, &headers, &store_id).await?;
+    let id: OrderId = page_id("order", &id)?;
+    let service = app.service.clone();
+    let store = member.store.clone();
+    let order = blocking(move || service.store_order(&store, &id)).await?;
+    let money = |minor: i64| display_amount(minor, &order.currency);
+    let page = OrderPage {
+        top: member.top(),
+        id: order.id.to_string(),
+        status: wire_name(&order.status),
+        financial: wire_name(&order.financial_status),
+        fulfillment: wire_name(&order.fulfillment_status),
+        email: order.email.clone().unwrap_or_default(),
+        created_at: order.created_at.to_string(),
+        lines: order
+            .line_items
+            .iter()
+            .map(|l| LineView {
+                title: l.title.clone(),
+                sku: l.sku.clone().unwrap_or_default(),
+                quantity: l.quantity,
+                unit_price: money(l.unit_price),
+                total: money(l.total),
+                fulfilled: l.fulfilled_quantity,
+                refunded: l.refunded_quantity,
+            })
+            .collect(),
+        subtotal: money(order.subtotal),
+        total: money(order.total),
+        paid: money(order.total_paid),
+        refunded: money(order.total_refunded),
+        tags: order.tags.join(", "),
+        note: order.note.clone().unwrap_or_default(),
+    };
+    Ok(html(StatusCode::OK, &page))
+}
+
+/// Any other path under a store: a link a plugin made to a page the host does not have. Its
+/// members see the not-found page (not the API's JSON), and anyone else is sent to sign in or
+/// told the store is not found, as on the store's other pages.
+async fn no_store_page(
+    State(app): State<AppState>,
+    Path((store_id, rest)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> PageResult {
+    store_member(&app, &headers, &store_id).await?;
+    Err(PageError::Failed(Error::NoRoute(format!(
+        "/stores/{store_id}/{rest}"
+    ))))
+}
+
 #[derive(Template)]
 #[template(path = "staff.html")]
 struct StaffPage {
@@ -1159,6 +1378,16 @@ mod tests {
         assert!(!csrf_ok(Some(&"t0K".to_owned()), "t0k"));
         assert!(!csrf_ok(None, "t0k"));
         assert!(!csrf_ok(Some(&String::new()), ""));
+    }
+
+    #[test]
+    fn amounts_read_with_their_currencys_decimals() {
+        assert_eq!(display_amount(1250, "EUR"), "12.50 EUR");
+        assert_eq!(display_amount(5, "USD"), "0.05 USD");
+        assert_eq!(display_amount(-1250, "EUR"), "-12.50 EUR");
+        assert_eq!(display_amount(1250, "JPY"), "1250 JPY");
+        assert_eq!(display_amount(1250, "KWD"), "1.250 KWD");
+        assert_eq!(display_amount(i64::MIN, "EUR"), "-92233720368547758.08 EUR");
     }
 
     #[test]

@@ -31,7 +31,7 @@ impl Service {
                         // A variant deleted since would fail the whole cancel; none can be deleted today.
                         self.apply_stock(
                             tx,
-                            actor,
+                            &actor.store,
                             variant,
                             StockChange::Delta(line.quantity),
                             "line_items",

@@ -286,7 +286,7 @@ impl Service {
             if let Some(variant) = &line.variant_id {
                 self.apply_stock(
                     tx,
-                    actor,
+                    &actor.store,
                     variant,
                     StockChange::Delta(-line.quantity),
                     &format!("line_items[{i}].quantity"),
@@ -304,6 +304,14 @@ impl Service {
         self.db
             .read::<Order>(&Order::key(actor.store_id(), id))?
             .map(|o| o.for_actor(actor))
+            .ok_or_else(|| Error::not_found("order", id))
+    }
+
+    /// An order of `store`, whole, for its owner's and staff's pages (the caller has checked
+    /// the account's membership).
+    pub fn store_order(&self, store: &StoreId, id: &OrderId) -> Result<Order> {
+        self.db
+            .read::<Order>(&Order::key(store, id))?
             .ok_or_else(|| Error::not_found("order", id))
     }
 

@@ -5,6 +5,7 @@
 use jiff::Timestamp;
 
 use crate::model::error::{Error, Result};
+use crate::model::event::StoreRef;
 use crate::model::event::data::ProductInventoryUpdated;
 use crate::model::ids::{ProductId, VariantId};
 use crate::model::money::{MAX_STOCK, OutOfRange, Quantity};
@@ -81,11 +82,36 @@ impl Service {
             }
             let (level, _) = self.apply_stock(
                 tx,
-                actor,
+                &actor.store,
                 &input.variant_id,
                 change,
                 "variant_id",
                 input.reason.as_deref(),
+                now,
+            )?;
+            Ok(level)
+        })
+    }
+
+    /// Sets a variant's stock to `quantity` for the store's owner or staff (the restock form of
+    /// the product page), with the checks and the `product.inventory.updated` event of
+    /// `POST /v1/inventory/adjust` with `set`. The caller has checked the account's membership.
+    pub fn set_stock(
+        &self,
+        store: &StoreRef,
+        variant_id: &VariantId,
+        quantity: i64,
+    ) -> Result<InventoryLevel> {
+        let units = Quantity::stock("quantity", quantity)?.units();
+        let now = self.now();
+        self.db.tx(|tx| {
+            let (level, _) = self.apply_stock(
+                tx,
+                store,
+                variant_id,
+                StockChange::Set(units),
+                "variant_id",
+                Some("restocked"),
                 now,
             )?;
             Ok(level)
@@ -98,14 +124,14 @@ impl Service {
     pub(crate) fn apply_stock(
         &self,
         tx: &mut Tx<'_>,
-        actor: &Actor,
+        store_ref: &StoreRef,
         variant_id: &VariantId,
         change: StockChange,
         field: &str,
         reason: Option<&str>,
         now: Timestamp,
     ) -> Result<(InventoryLevel, Variant)> {
-        let store = actor.store_id();
+        let store = &store_ref.id;
         let product_id: ProductId = tx
             .read(&Product::variant_index_key(store, variant_id))?
             .ok_or_else(|| {
@@ -173,7 +199,7 @@ impl Service {
         };
         if !level.crossed.is_empty() {
             tx.emit(
-                &actor.store,
+                store_ref,
                 ProductInventoryUpdated {
                     inventory: level.clone(),
                     reason: reason.map(str::to_owned),

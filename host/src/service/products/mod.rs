@@ -20,7 +20,7 @@ use jiff::Timestamp;
 
 use super::Service;
 use crate::model::error::{Error, Result};
-use crate::model::ids::{ProductId, VariantId};
+use crate::model::ids::{ProductId, StoreId, VariantId};
 use crate::model::money::Quantity;
 use crate::model::scopes::Scope;
 use crate::service::auth::Actor;
@@ -132,6 +132,14 @@ impl Service {
         actor.require(Scope::ProductsRead)?;
         self.db
             .read(&Product::key(actor.store_id(), id))?
+            .ok_or_else(|| Error::not_found("product", id))
+    }
+
+    /// A product of `store`, for its owner's and staff's pages (the caller has checked the
+    /// account's membership).
+    pub fn store_product(&self, store: &StoreId, id: &ProductId) -> Result<Product> {
+        self.db
+            .read(&Product::key(store, id))?
             .ok_or_else(|| Error::not_found("product", id))
     }
 
