@@ -80,6 +80,8 @@ pub async fn seed(
     token_file: &Path,
 ) -> anyhow::Result<Demo> {
     let store = ensure_store(client).await?;
+    let accounts_file = token_file.with_file_name("demo-accounts");
+    let accounts = ensure_accounts(client, &store, &accounts_file).await?;
     let published = all(client, "/admin/v1/plugins").await?;
     let version_of = |name: &str| {
         published
@@ -87,12 +89,33 @@ pub async fn seed(
             .find(|p| p["name"] == name)
             .and_then(|p| p["version"].as_str().map(str::to_owned))
     };
+    // The example plugins are the demo developer's: a plugin new to the host is published with
+    // a key made in their console, so that the console shows it, its installation and its
+    // deliveries. A newer version of one already there goes through the operator, which keeps
+    // its developer.
+    let mut developer: Option<HostClient> = None;
     for name in EXAMPLES {
         let dir = examples_dir().join(name);
         let manifest = package::check(&dir)?.manifest;
-        if version_of(name).as_deref() != Some(manifest.version.as_str()) {
-            let component = components.join(format!("{}.wasm", name.replace('-', "_")));
+        let known = version_of(name);
+        if known.as_deref() == Some(manifest.version.as_str()) {
+            continue;
+        }
+        let component = components.join(format!("{}.wasm", name.replace('-', "_")));
+        if known.is_some() {
             plugin::publish(client, &dir, Some(&component)).await?;
+            continue;
+        }
+        if developer.is_none() {
+            let account = accounts
+                .iter()
+                .find(|a| a.role == "developer")
+                .ok_or_else(|| anyhow!("the demo has no developer account"))?;
+            let key = developer_key(client.base(), account).await?;
+            developer = Some(HostClient::new(client.base(), &key));
+        }
+        if let Some(developer) = &developer {
+            plugin::publish_to(developer, "/dev/v1/plugins", &dir, Some(&component)).await?;
         }
     }
     if version_of(SHOP).is_none() {
@@ -136,8 +159,6 @@ pub async fn seed(
             )
         })?;
     seed_catalogue(client, &store, &token).await?;
-    let accounts_file = token_file.with_file_name("demo-accounts");
-    let accounts = ensure_accounts(client, &store, &accounts_file).await?;
     Ok(Demo {
         store,
         token,
@@ -226,10 +247,9 @@ async fn ensure_accounts(
     Ok(accounts)
 }
 
-/// Opens an invitation `link` and sets `password`, as a browser does.
-async fn accept(browser: &reqwest::Client, link: &str, password: &str) -> anyhow::Result<()> {
-    let form = browser.get(link).send().await?;
-    let cookie = form
+/// The `name=value` pair of the cookie `name` that `response` sets, if it sets one.
+fn cookie_set(response: &reqwest::Response, name: &str) -> Option<String> {
+    response
         .headers()
         .get_all(reqwest::header::SET_COOKIE)
         .iter()
@@ -237,16 +257,76 @@ async fn accept(browser: &reqwest::Client, link: &str, password: &str) -> anyhow
         .find_map(|c| {
             c.split(';')
                 .next()
-                .filter(|p| p.starts_with("commerce_form="))
+                .filter(|p| p.strip_prefix(name).is_some_and(|v| v.starts_with('=')))
         })
         .map(str::to_owned)
+}
+
+/// The value of the `csrf` field of the first form in `page`.
+fn form_token(page: &str) -> Option<&str> {
+    let marker = r#"name="csrf" value=""#;
+    page.split_once(marker)
+        .and_then(|(_, rest)| rest.split('"').next())
+}
+
+/// An API key of the demo's developer, made in the console as a browser does: signs in, then
+/// makes a key named `demo` and reads it off the page that shows it once.
+async fn developer_key(base: &str, account: &DemoAccount) -> anyhow::Result<String> {
+    let browser = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()?;
+    let form = browser.get(format!("{base}/sign-in")).send().await?;
+    let form_cookie = cookie_set(&form, crate::http::pages::FORM_COOKIE)
+        .ok_or_else(|| anyhow!("the sign-in page set no form cookie"))?;
+    let page = form.text().await?;
+    let csrf = form_token(&page).ok_or_else(|| anyhow!("the sign-in page has no form token"))?;
+    let signed = browser
+        .post(format!("{base}/sign-in"))
+        .header(reqwest::header::COOKIE, form_cookie)
+        .form(&[
+            ("csrf", csrf),
+            ("email", account.email.as_str()),
+            ("password", account.password.as_str()),
+        ])
+        .send()
+        .await?;
+    let session = cookie_set(&signed, crate::http::pages::SESSION_COOKIE).ok_or_else(|| {
+        anyhow!(
+            "signing in as {} answered {}",
+            account.email,
+            signed.status()
+        )
+    })?;
+    let console = browser
+        .get(format!("{base}/developer"))
+        .header(reqwest::header::COOKIE, &session)
+        .send()
+        .await?
+        .text()
+        .await?;
+    let csrf = form_token(&console).ok_or_else(|| anyhow!("the console has no form token"))?;
+    let made = browser
+        .post(format!("{base}/developer/keys"))
+        .header(reqwest::header::COOKIE, &session)
+        .form(&[("csrf", csrf), ("name", "demo")])
+        .send()
+        .await?
+        .text()
+        .await?;
+    made.split_once(r#"<code class="token">"#)
+        .and_then(|(_, rest)| rest.split('<').next())
+        .filter(|key| key.starts_with("chk_"))
+        .map(str::to_owned)
+        .ok_or_else(|| anyhow!("the console showed no new key"))
+}
+
+/// Opens an invitation `link` and sets `password`, as a browser does.
+async fn accept(browser: &reqwest::Client, link: &str, password: &str) -> anyhow::Result<()> {
+    let form = browser.get(link).send().await?;
+    let cookie = cookie_set(&form, crate::http::pages::FORM_COOKIE)
         .ok_or_else(|| anyhow!("the invitation page set no form cookie"))?;
     let page = form.text().await?;
-    let marker = r#"name="csrf" value=""#;
-    let csrf = page
-        .split_once(marker)
-        .and_then(|(_, rest)| rest.split('"').next())
-        .ok_or_else(|| anyhow!("the invitation page has no form token"))?;
+    let csrf = form_token(&page).ok_or_else(|| anyhow!("the invitation page has no form token"))?;
     let answer = browser
         .post(link)
         .header(reqwest::header::COOKIE, cookie)

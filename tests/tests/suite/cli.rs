@@ -410,6 +410,40 @@ async fn the_demo_seeded_twice_adds_nothing() {
             .collect::<Vec<_>>()
     };
     assert_eq!(passwords(&second), passwords(&first));
+    // The example plugins are the developer's, published once with a key from their console;
+    // the external shop is the operator's. Their console lists them with the demo store.
+    let mut owners = Vec::new();
+    for name in demo::EXAMPLES.iter().chain([&demo::SHOP]) {
+        let plugin = host
+            .admin(Method::GET, &format!("/admin/v1/plugins/{name}"), None)
+            .await
+            .expect(200);
+        owners.push(plugin.body["owner"].clone());
+    }
+    assert!(
+        owners[0].as_str().is_some_and(|o| o.starts_with("acct_")),
+        "{owners:?}"
+    );
+    assert!(owners[..4].iter().all(|o| *o == owners[0]), "{owners:?}");
+    assert_eq!(owners[4], Value::Null, "{owners:?}");
+    let developer = &first.accounts[1];
+    let mut console = commerce_host_tests::pages::Browser::new(&host);
+    let form = console.get("/sign-in").await;
+    let signed_in = console
+        .post(
+            "/sign-in",
+            &[
+                ("csrf", &form.csrf()),
+                ("email", &developer.email),
+                ("password", &developer.password),
+            ],
+        )
+        .await;
+    assert_eq!(signed_in.status.as_u16(), 303, "{}", signed_in.body);
+    let page = console.get("/developer").await;
+    for part in demo::EXAMPLES.iter().chain([&demo::DOMAIN]) {
+        assert!(page.body.contains(part), "{part:?}:\n{}", page.body);
+    }
     let owner = &first.accounts[0];
     let browser = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
