@@ -314,3 +314,39 @@ async fn shutdown_signal() {
     }
     tracing::info!("shutting down");
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::Cli;
+
+    /// Every `commerce-host …` command the README of `plugin new` gives, in its code block or in
+    /// its text, parses as written (its placeholders filled in): a renamed flag or subcommand
+    /// fails here, not in a plugin author's shell.
+    #[test]
+    fn the_commands_a_new_plugins_readme_gives_parse() {
+        let readme = super::scaffold::readme("gift-note");
+        let commands: Vec<String> = readme
+            .lines()
+            .flat_map(|line| line.split('`'))
+            .map(|part| part.split(" # ").next().unwrap_or_default().trim())
+            .filter(|part| part.starts_with("commerce-host "))
+            .map(|command| {
+                command
+                    .replace("STORE_ID", "store_x")
+                    .replace("INST_ID", "inst_x")
+                    .replace("URL", "http://127.0.0.1:8080")
+                    .replace("chk_…", "chk_x")
+            })
+            .collect();
+        // The code block's four, then `login` and `plugin dev` in the text.
+        assert_eq!(commands.len(), 6, "{commands:#?}");
+        for command in &commands {
+            let words = command.split_whitespace();
+            if let Err(e) = Cli::try_parse_from(words) {
+                panic!("{command}: {e}");
+            }
+        }
+    }
+}

@@ -192,7 +192,7 @@ fn a_paid_order_sends_the_customer_a_thank_you() {{
     )
 }
 
-fn readme(name: &str) -> String {
+pub(super) fn readme(name: &str) -> String {
     format!(
         r#"# {name}
 
@@ -207,8 +207,13 @@ commerce-host plugin install --store STORE_ID
 commerce-host plugin logs --store STORE_ID --installation INST_ID
 ```
 
-The host is `http://127.0.0.1:8080` unless `--host` or `COMMERCE_HOST_URL` says otherwise; the
-admin token comes from `--admin-token`, `COMMERCE_HOST_ADMIN_TOKEN` or `./data/admin-token`.
+The host is `http://127.0.0.1:8080` unless `--host` or `COMMERCE_HOST_URL` says otherwise.
+`plugin publish` publishes as you once you have run `commerce-host login --host URL --key chk_…`
+with a key made in the developer console (`/developer`), and as the operator with an admin token.
+Installing and reading logs take the operator's admin token: `--admin-token`,
+`COMMERCE_HOST_ADMIN_TOKEN` or `./data/admin-token`. `commerce-host plugin dev` builds,
+publishes and installs it into a local host (the demo's store by default), then rebuilds and
+republishes on every save and prints its log lines.
 
 - `plugin.toml`: the manifest (name, version, scopes, contact_email, events). Raise `version` to
   publish again.
