@@ -336,9 +336,10 @@ impl Db {
     }
 
     /// Opens (or creates) the embedded store `store` of the data folder `data`
-    /// ([`Embedded::folder`]) with a cache of `cache_mib` MiB ([`DEFAULT_STORE_CACHE_MIB`];
-    /// a size outside [`STORE_CACHE_MIB`] is refused), refusing to create it where the folder already holds the other one's records: a host
-    /// started with the wrong `--store` would otherwise serve an empty store.
+    /// ([`Embedded::folder`]) with a cache of `cache_mib` MiB ([`DEFAULT_STORE_CACHE_MIB`]; a
+    /// size outside [`STORE_CACHE_MIB`] is refused), refusing to create it where the folder
+    /// already holds the other one's records: a host started with the wrong `--store` would
+    /// otherwise serve an empty store.
     pub fn open_embedded(
         store: Embedded,
         data: &std::path::Path,

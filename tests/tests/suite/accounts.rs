@@ -692,6 +692,28 @@ async fn a_member_follows_plugin_links_to_a_product_to_restock_and_to_an_order()
     }
     let forged = ada.post(&stock, &[("quantity", "0")]).await;
     assert_eq!(forged.status, StatusCode::FORBIDDEN);
+    // A path that names no product, or a product and another product's variant, is not found
+    // (and a path segment that is no id never reaches a redirect).
+    let other = host
+        .call(
+            &token,
+            Method::POST,
+            "/v1/products",
+            Some(json!({"title": "Mug", "variants": [{"price": 1200, "currency": "EUR"}]})),
+        )
+        .await
+        .expect(201)
+        .body;
+    let other = other["id"].as_str().expect("the mug's id");
+    for path in [
+        format!("/stores/{store}/products/{other}/variants/{variant}/stock"),
+        format!("/stores/{store}/products/prod%0D%0Ax/variants/{variant}/stock"),
+        format!("{path}/variants/var_01JAAAAAAAAAAAAAAAAAAAAAAA/stock"),
+    ] {
+        let set = ada.post(&path, &[("csrf", &csrf), ("quantity", "7")]).await;
+        assert_eq!(set.status, StatusCode::NOT_FOUND, "{path}: {}", set.body);
+    }
+    assert_eq!(stock_in_api().await, 40);
 
     // The order: its line, amounts and states.
     let page = ada.get(&format!("/stores/{store}/orders/{order_id}")).await;

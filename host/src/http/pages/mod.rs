@@ -1169,8 +1169,9 @@ async fn set_stock(
     req: Request,
 ) -> PageResult {
     let (member, fields) = store_form(&app, &store_id, req).await?;
-    let back = format!("{}/products/{id}", member.path());
+    let product: ProductId = page_id("product", &id)?;
     let variant: VariantId = page_id("variant", &variant)?;
+    let back = format!("{}/products/{product}", member.path());
     let quantity = fields.get("quantity").map(|q| q.trim()).unwrap_or_default();
     let Ok(quantity) = quantity.parse::<i64>() else {
         let text = format!("The stock must be a whole number; got \"{quantity}\".");
@@ -1179,6 +1180,12 @@ async fn set_stock(
     let service = app.service.clone();
     let store = member.store.clone();
     let set = blocking(move || {
+        // The form's path names the product and its variant: another product's variant is not
+        // found here, as a variant of no product is.
+        let listed = service.store_product(&store, &product)?;
+        if !listed.variants.iter().any(|v| v.id == variant) {
+            return Err(Error::not_found("variant", &variant));
+        }
         let store = service.store(&store)?.reference();
         service.set_stock(&store, &variant, quantity)
     })
