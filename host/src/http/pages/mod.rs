@@ -1068,33 +1068,23 @@ async fn messages(
 
 // --- What plugins link to: a product (its stock) and an order -----------------------------
 
-/// An amount in minor units as the merchant reads it, with the currency's ISO 4217 decimals:
-/// none for the yen and the others without minor units, three for the dinars that have them,
-/// two otherwise.
+/// An amount in minor units as the merchant reads it, with its currency's ISO 4217 decimals
+/// (`iso_currency`): two for the euro, none for the yen, three for the Kuwaiti dinar, none for
+/// a code without minor units (gold), two for a code the list does not know.
 fn display_amount(minor: i64, currency: &str) -> String {
-    const NO_DECIMALS: &[&str] = &[
-        "BIF", "CLP", "DJF", "GNF", "ISK", "JPY", "KMF", "KRW", "PYG", "RWF", "UGX", "UYI", "VND",
-        "VUV", "XAF", "XOF", "XPF",
-    ];
-    const THREE_DECIMALS: &[&str] = &["BHD", "IQD", "JOD", "KWD", "LYD", "OMR", "TND"];
-    let decimals = if NO_DECIMALS.contains(&currency) {
-        0
-    } else if THREE_DECIMALS.contains(&currency) {
-        3
-    } else {
-        2
-    };
+    let decimals =
+        iso_currency::Currency::from_code(currency).map_or(2, |c| c.exponent().unwrap_or(0));
     let sign = if minor < 0 { "-" } else { "" };
     let units = minor.unsigned_abs();
     if decimals == 0 {
         return format!("{sign}{units} {currency}");
     }
-    let scale = 10u64.pow(decimals);
+    let scale = 10u64.pow(u32::from(decimals));
     format!(
         "{sign}{}.{:0width$} {currency}",
         units / scale,
         units % scale,
-        width = decimals as usize
+        width = usize::from(decimals)
     )
 }
 
@@ -1180,14 +1170,8 @@ async fn set_stock(
     let service = app.service.clone();
     let store = member.store.clone();
     let set = blocking(move || {
-        // The form's path names the product and its variant: another product's variant is not
-        // found here, as a variant of no product is.
-        let listed = service.store_product(&store, &product)?;
-        if !listed.variants.iter().any(|v| v.id == variant) {
-            return Err(Error::not_found("variant", &variant));
-        }
         let store = service.store(&store)?.reference();
-        service.set_stock(&store, &variant, quantity)
+        service.set_stock(&store, &product, &variant, quantity)
     })
     .await;
     let text = match set {
@@ -1394,6 +1378,8 @@ mod tests {
         assert_eq!(display_amount(-1250, "EUR"), "-12.50 EUR");
         assert_eq!(display_amount(1250, "JPY"), "1250 JPY");
         assert_eq!(display_amount(1250, "KWD"), "1.250 KWD");
+        assert_eq!(display_amount(3, "XAU"), "3 XAU");
+        assert_eq!(display_amount(1250, "ZZZ"), "12.50 ZZZ");
         assert_eq!(display_amount(i64::MIN, "EUR"), "-92233720368547758.08 EUR");
     }
 

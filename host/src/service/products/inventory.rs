@@ -93,18 +93,27 @@ impl Service {
         })
     }
 
-    /// Sets a variant's stock to `quantity` for the store's owner or staff (the restock form of
-    /// the product page), with the checks and the `product.inventory.updated` event of
-    /// `POST /v1/inventory/adjust` with `set`. The caller has checked the account's membership.
+    /// Sets the stock of `product`'s variant `variant_id` to `quantity` for the store's owner or
+    /// staff (the restock form of the product page), with the checks and the
+    /// `product.inventory.updated` event of `POST /v1/inventory/adjust` with `set`. Another
+    /// product's variant is not found, as a variant of no product is. The caller has checked
+    /// the account's membership.
     pub fn set_stock(
         &self,
         store: &StoreRef,
+        product: &ProductId,
         variant_id: &VariantId,
         quantity: i64,
     ) -> Result<InventoryLevel> {
         let units = Quantity::stock("quantity", quantity)?.units();
         let now = self.now();
         self.db.tx(|tx| {
+            let listed: Product = tx
+                .read(&Product::key(&store.id, product))?
+                .ok_or_else(|| Error::not_found("product", product))?;
+            if !listed.variants.iter().any(|v| &v.id == variant_id) {
+                return Err(Error::not_found("variant", variant_id));
+            }
             let (level, _) = self.apply_stock(
                 tx,
                 store,
