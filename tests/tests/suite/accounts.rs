@@ -757,6 +757,18 @@ async fn a_member_follows_plugin_links_to_a_product_to_restock_and_to_an_order()
             page.body
         );
     }
+    let posted = ada
+        .post(
+            &format!("/stores/{store}/customers/cus_01JAAAAAAAAAAAAAAAAAAAAAAA"),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(posted.status, StatusCode::NOT_FOUND, "{}", posted.body);
+    assert!(
+        posted.body.contains("There is no such page"),
+        "{}",
+        posted.body
+    );
     let theirs_set = bob
         .post(&stock, &[("csrf", &bob_csrf), ("quantity", "0")])
         .await;

@@ -18,7 +18,7 @@ use axum::Router;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use subtle::ConstantTimeEq as _;
 
 mod console;
@@ -72,7 +72,7 @@ pub fn router() -> Router<AppState> {
             post(set_stock),
         )
         .route("/stores/{store_id}/orders/{id}", get(order_page))
-        .route("/stores/{store_id}/{*rest}", get(no_store_page))
+        .route("/stores/{store_id}/{*rest}", any(no_store_page))
         .merge(console::router())
 }
 
@@ -1259,9 +1259,10 @@ async fn order_page(
     Ok(html(StatusCode::OK, &page))
 }
 
-/// Any other path under a store: a link a plugin made to a page the host does not have. Its
-/// members see the not-found page (not the API's JSON), and anyone else is sent to sign in or
-/// told the store is not found, as on the store's other pages.
+/// Any other path under a store, by any method: a link a plugin made to a page the host does
+/// not have. Its members see the not-found page (not the API's JSON, nor a 405 for a form
+/// posted there), and anyone else is sent to sign in or told the store is not found, as on the
+/// store's other pages.
 async fn no_store_page(
     State(app): State<AppState>,
     Path((store_id, rest)): Path<(String, String)>,
