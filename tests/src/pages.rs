@@ -23,6 +23,17 @@ pub struct Page {
 }
 
 impl Page {
+    /// Asserts that this is the pages' not-found page (404, as HTML), saying `what` it was
+    /// when it is not.
+    pub fn assert_not_found(&self, what: &str) {
+        assert_eq!(self.status, StatusCode::NOT_FOUND, "{what}: {}", self.body);
+        assert!(
+            self.body.contains("There is no such page"),
+            "{what}: {}",
+            self.body
+        );
+    }
+
     /// The value of the hidden `csrf` field of the page's (first) form.
     pub fn csrf(&self) -> String {
         let at = self

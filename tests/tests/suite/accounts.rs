@@ -297,9 +297,7 @@ async fn another_stores_staff_get_404_for_every_page_of_this_one() {
         "/stores/store_01JAAAAAAAAAAAAAAAAAAAAAAA".to_owned(),
         "/stores/not-an-id".to_owned(),
     ] {
-        let page = bob.get(&path).await;
-        assert_eq!(page.status, StatusCode::NOT_FOUND, "{path}: {}", page.body);
-        assert!(page.body.contains("There is no such page"), "{}", page.body);
+        bob.get(&path).await.assert_not_found(&path);
     }
     for path in [
         format!("/stores/{mine}/banners/msg_01JAAAAAAAAAAAAAAAAAAAAAAA/dismiss"),
@@ -750,25 +748,12 @@ async fn a_member_follows_plugin_links_to_a_product_to_restock_and_to_an_order()
         } else {
             ada.get(&path).await
         };
-        assert_eq!(page.status, StatusCode::NOT_FOUND, "{path}: {}", page.body);
-        assert!(
-            page.body.contains("There is no such page"),
-            "{path}: {}",
-            page.body
-        );
+        page.assert_not_found(&path);
     }
-    let posted = ada
-        .post(
-            &format!("/stores/{store}/customers/cus_01JAAAAAAAAAAAAAAAAAAAAAAA"),
-            &[("csrf", &csrf)],
-        )
-        .await;
-    assert_eq!(posted.status, StatusCode::NOT_FOUND, "{}", posted.body);
-    assert!(
-        posted.body.contains("There is no such page"),
-        "{}",
-        posted.body
-    );
+    let nowhere = format!("/stores/{store}/customers/cus_01JAAAAAAAAAAAAAAAAAAAAAAA");
+    ada.post(&nowhere, &[("csrf", &csrf)])
+        .await
+        .assert_not_found(&format!("POST {nowhere}"));
     let theirs_set = bob
         .post(&stock, &[("csrf", &bob_csrf), ("quantity", "0")])
         .await;
